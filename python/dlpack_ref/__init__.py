@@ -1,0 +1,44 @@
+"""dlpack-ref: the reference implementation of DLPack v1 (ABI 1.3) for Python.
+
+The exchange itself (``Array.__dlpack__``, ``from_dlpack``, the C exchange
+API) is the Cython core ``dlpack_ref._dlpack_ref``; this package adds the
+Python face: devices, dtypes, creation functions, CUDA and the conformance
+checks. See docs/semantics.md for every rule.
+"""
+
+from __future__ import annotations
+
+import os as _os
+
+from ._dlpack_ref import (
+    Array,
+    CopyForbiddenError,
+    can_access,
+    empty,
+    exchange_api_version,
+    from_dlpack,
+    inspect,
+)
+from ._devices import C_ENUMERATORS, Device, DeviceType, as_device
+from ._dtypes import DTYPES, DType, DTypeCode, as_dtype
+from ._creation import asarray, zeros
+
+DLPACK_VERSION = (1, 3)
+__version__ = "0.1.0"
+
+globals().update(DTYPES)
+
+
+def get_include() -> str:
+    """Folder holding ``dlpack.h`` and the Cython declarations ``dlpack.pxd``
+    (shipped in the wheel), for C and Cython code that builds against them."""
+    here = _os.path.join(_os.path.dirname(__file__), "include")
+    return here
+
+
+__all__ = [
+    "Array", "CopyForbiddenError", "DLPACK_VERSION", "DTYPES", "DType", "DTypeCode",
+    "Device", "DeviceType", "C_ENUMERATORS", "as_device", "as_dtype", "asarray",
+    "can_access", "empty", "exchange_api_version", "from_dlpack", "get_include",
+    "inspect", "zeros", *DTYPES,
+]

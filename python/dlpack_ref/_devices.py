@@ -1,0 +1,167 @@
+"""Devices: ``DeviceType`` (the C ``DLDeviceType`` under array API names),
+``Device`` and the one table of which memory a device can use in place."""
+
+from __future__ import annotations
+
+__all__ = ["DeviceType", "Device", "as_device", "can_access", "C_ENUMERATORS"]
+
+import enum
+
+
+class DeviceType(enum.IntEnum):
+    """``DLDeviceType``. Names follow the array API standard where it gives
+    one; the rest of DLPack 1.3 is named in the same style. The values are the
+    C enumerators' values, so ``DeviceType.CPU == 1 == kDLCPU``."""
+
+    CPU = 1
+    CUDA = 2
+    CPU_PINNED = 3
+    OPENCL = 4
+    VULKAN = 7
+    METAL = 8
+    VPI = 9
+    ROCM = 10
+    ROCM_PINNED = 11
+    EXT_DEV = 12
+    CUDA_MANAGED = 13
+    ONE_API = 14
+    WEBGPU = 15
+    HEXAGON = 16
+    MAIA = 17
+    TRN = 18
+
+
+#: DeviceType member -> the C enumerator of dlpack.h it stands for.
+C_ENUMERATORS = {
+    DeviceType.CPU: "kDLCPU",
+    DeviceType.CUDA: "kDLCUDA",
+    DeviceType.CPU_PINNED: "kDLCUDAHost",
+    DeviceType.OPENCL: "kDLOpenCL",
+    DeviceType.VULKAN: "kDLVulkan",
+    DeviceType.METAL: "kDLMetal",
+    DeviceType.VPI: "kDLVPI",
+    DeviceType.ROCM: "kDLROCM",
+    DeviceType.ROCM_PINNED: "kDLROCMHost",
+    DeviceType.EXT_DEV: "kDLExtDev",
+    DeviceType.CUDA_MANAGED: "kDLCUDAManaged",
+    DeviceType.ONE_API: "kDLOneAPI",
+    DeviceType.WEBGPU: "kDLWebGPU",
+    DeviceType.HEXAGON: "kDLHexagon",
+    DeviceType.MAIA: "kDLMAIA",
+    DeviceType.TRN: "kDLTrn",
+}
+
+_BY_NAME = {m.name.lower(): m for m in DeviceType}
+_BY_NAME.update({"gpu": DeviceType.CUDA, "pinned": DeviceType.CPU_PINNED, "managed": DeviceType.CUDA_MANAGED})
+
+
+class Device:
+    """A ``(device type, device id)`` pair with ``__dlpack_device__``
+    (data-apis/array-api#972). Compares equal to other Devices only."""
+
+    __slots__ = ("_type", "_id", "__weakref__")
+
+    def __init__(self, type, id: int = 0):
+        if isinstance(type, str) and id == 0 and ":" in type:
+            d = as_device(type)
+            type, id = d._type, d._id
+        if isinstance(type, str):
+            try:
+                type = _BY_NAME[type.strip().lower()]
+            except KeyError:
+                raise ValueError(f"unknown device type {type!r}; expected one of {sorted(_BY_NAME)}") from None
+        if isinstance(type, bool) or not isinstance(type, int):
+            raise TypeError(f"device type must be a DeviceType, an int or a name, not {type!r}")
+        try:
+            type = DeviceType(type)
+        except ValueError:
+            raise ValueError(
+                f"{type} is not a DLPack 1.3 device type; expected one of "
+                f"{[int(m) for m in DeviceType]}"
+            ) from None
+        if isinstance(id, bool) or not isinstance(id, int):
+            raise TypeError(f"device id must be an int, not {id!r}")
+        if id < 0 or id > 0x7FFFFFFF:
+            raise ValueError(f"device id must be in [0, 2**31), got {id}")
+        self._type = type
+        self._id = int(id)
+
+    @property
+    def type(self) -> DeviceType:
+        return self._type
+
+    @property
+    def id(self) -> int:
+        return self._id
+
+    def __dlpack_device__(self) -> tuple[DeviceType, int]:
+        return (self._type, self._id)
+
+    def __eq__(self, other):
+        if isinstance(other, Device):
+            return self._type == other._type and self._id == other._id
+        return NotImplemented
+
+    def __hash__(self):
+        return hash((int(self._type), self._id))
+
+    def __repr__(self):
+        return f"Device({self._type.name.lower()!r}, {self._id})"
+
+    def __str__(self):
+        return f"{self._type.name.lower()}:{self._id}"
+
+    def __reduce__(self):
+        return (Device, (int(self._type), self._id))
+
+
+def as_device(obj) -> Device:
+    """A Device from a Device, a string (``"cpu"``, ``"cuda:1"``,
+    ``"cuda_managed:0"``, ``"cpu_pinned"``), a ``(type, id)`` tuple, or any
+    object with ``__dlpack_device__`` (arrays and other libraries' devices)."""
+    if isinstance(obj, Device):
+        return obj
+    if isinstance(obj, str):
+        name, sep, num = obj.strip().partition(":")
+        if sep and not num.strip().isdigit():
+            raise ValueError(f"cannot parse device {obj!r}: the id after ':' must be a non-negative integer")
+        return Device(name, int(num) if sep else 0)
+    if isinstance(obj, tuple):
+        if len(obj) != 2:
+            raise ValueError(f"a device tuple must be (device_type, device_id), got {obj!r}")
+        return Device(obj[0], obj[1])
+    proto = getattr(obj, "__dlpack_device__", None)
+    if proto is not None:
+        t = proto()
+        if not isinstance(t, tuple) or len(t) != 2:
+            raise ValueError(f"__dlpack_device__() of {type(obj).__name__} returned {t!r}, not (type, id)")
+        return Device(int(t[0]), int(t[1]))
+    raise TypeError(
+        f"cannot interpret {obj!r} (type {type(obj).__name__}) as a device; expected a Device, "
+        "a string such as 'cpu' or 'cuda:0', a (type, id) tuple or an object with __dlpack_device__"
+    )
+
+
+# Memory device type -> the device types that can use it in place.
+_IN_PLACE = {
+    DeviceType.CPU: {DeviceType.CPU},
+    DeviceType.CPU_PINNED: {DeviceType.CPU, DeviceType.CPU_PINNED, DeviceType.CUDA},
+    DeviceType.CUDA_MANAGED: {DeviceType.CPU, DeviceType.CUDA, DeviceType.CUDA_MANAGED},
+    DeviceType.ROCM_PINNED: {DeviceType.CPU, DeviceType.ROCM_PINNED, DeviceType.ROCM},
+}
+
+
+def can_access(device, memory_device) -> bool:
+    """Whether code running on ``device`` can use memory that lives on
+    ``memory_device`` in place, without a copy.
+
+    The table (docs/semantics.md): CPU reads CPU, CPU_PINNED, CUDA_MANAGED and
+    ROCM_PINNED memory in place; CUDA:k reads CUDA:k, CUDA_MANAGED and
+    CPU_PINNED memory; any device reads its own memory (same type and id).
+    """
+    dev = as_device(device)
+    mem = as_device(memory_device)
+    if dev == mem:
+        return True
+    allowed = _IN_PLACE.get(mem.type)
+    return allowed is not None and dev.type in allowed

@@ -1,0 +1,231 @@
+"""dtype objects: every DLPack 1.3 data type, and ``as_dtype`` for foreign ones.
+
+A :class:`DType` is the Python face of a ``DLDataType`` ``(code, bits, lanes)``.
+It carries ``__dlpack_data_type__`` (data-apis/array-api#972), so any library
+can read it without knowing this one, and ``as_dtype`` reads the same protocol
+back from others, plus NumPy, ml_dtypes and torch dtypes and plain names.
+"""
+
+from __future__ import annotations
+
+__all__ = ["DType", "DTypeCode", "as_dtype", "DTYPES"]
+
+import enum
+
+
+class DTypeCode(enum.IntEnum):
+    """``DLDataTypeCode`` of dlpack.h, under the names the C enumerators carry
+    without their ``kDL`` prefix."""
+
+    INT = 0
+    UINT = 1
+    FLOAT = 2
+    OPAQUE_HANDLE = 3
+    BFLOAT = 4
+    COMPLEX = 5
+    BOOL = 6
+    FLOAT8_E3M4 = 7
+    FLOAT8_E4M3 = 8
+    FLOAT8_E4M3B11FNUZ = 9
+    FLOAT8_E4M3FN = 10
+    FLOAT8_E4M3FNUZ = 11
+    FLOAT8_E5M2 = 12
+    FLOAT8_E5M2FNUZ = 13
+    FLOAT8_E8M0FNU = 14
+    FLOAT6_E2M3FN = 15
+    FLOAT6_E3M2FN = 16
+    FLOAT4_E2M1FN = 17
+
+
+class DType:
+    """A DLPack data type. Instances are unique per ``(code, bits, lanes)``:
+    compare them with ``==`` or ``is``."""
+
+    __slots__ = ("name", "code", "bits", "lanes", "_kind", "__weakref__")
+
+    def __init__(self, name: str, code: int, bits: int, lanes: int, kind: str):
+        self.name = name
+        self.code = DTypeCode(code)
+        self.bits = bits
+        self.lanes = lanes
+        self._kind = kind
+
+    def __dlpack_data_type__(self) -> tuple[int, int, int]:
+        return (int(self.code), self.bits, self.lanes)
+
+    @property
+    def itemsize(self) -> int:
+        """Bytes one element takes when stored one per byte (padded) or for
+        whole-byte types; sub-byte packed storage is described by ``bits``."""
+        return max(1, (self.bits * self.lanes + 7) // 8)
+
+    @property
+    def kind(self) -> str:
+        """'bool', 'signed integer', 'unsigned integer', 'real floating',
+        'complex floating': the array API's dtype kinds."""
+        return self._kind
+
+    @property
+    def is_subbyte(self) -> bool:
+        return self.bits < 8
+
+    def __repr__(self) -> str:
+        return f"dlpack_ref.{self.name}"
+
+    def __str__(self) -> str:
+        return self.name
+
+    def __eq__(self, other):
+        if isinstance(other, DType):
+            return self is other
+        return NotImplemented
+
+    def __hash__(self):
+        return hash((int(self.code), self.bits, self.lanes))
+
+    def __reduce__(self):
+        return (as_dtype, (self.name,))
+
+
+_SPECS = [
+    ("bool", 6, 8, 1, "bool"),
+    ("int8", 0, 8, 1, "signed integer"),
+    ("int16", 0, 16, 1, "signed integer"),
+    ("int32", 0, 32, 1, "signed integer"),
+    ("int64", 0, 64, 1, "signed integer"),
+    ("uint8", 1, 8, 1, "unsigned integer"),
+    ("uint16", 1, 16, 1, "unsigned integer"),
+    ("uint32", 1, 32, 1, "unsigned integer"),
+    ("uint64", 1, 64, 1, "unsigned integer"),
+    ("float16", 2, 16, 1, "real floating"),
+    ("float32", 2, 32, 1, "real floating"),
+    ("float64", 2, 64, 1, "real floating"),
+    ("bfloat16", 4, 16, 1, "real floating"),
+    ("complex64", 5, 64, 1, "complex floating"),
+    ("complex128", 5, 128, 1, "complex floating"),
+    ("float8_e3m4", 7, 8, 1, "real floating"),
+    ("float8_e4m3", 8, 8, 1, "real floating"),
+    ("float8_e4m3b11fnuz", 9, 8, 1, "real floating"),
+    ("float8_e4m3fn", 10, 8, 1, "real floating"),
+    ("float8_e4m3fnuz", 11, 8, 1, "real floating"),
+    ("float8_e5m2", 12, 8, 1, "real floating"),
+    ("float8_e5m2fnuz", 13, 8, 1, "real floating"),
+    ("float8_e8m0fnu", 14, 8, 1, "real floating"),
+    ("float6_e2m3fn", 15, 6, 1, "real floating"),
+    ("float6_e3m2fn", 16, 6, 1, "real floating"),
+    ("float4_e2m1fn", 17, 4, 1, "real floating"),
+    # PyTorch's float4_e2m1fn_x2: one byte holding two float4 values, which
+    # PyTorch exports as lanes=2.
+    ("float4_e2m1fn_x2", 17, 4, 2, "real floating"),
+]
+
+#: name -> DType, every type dlpack-ref knows.
+DTYPES: dict[str, DType] = {}
+_BY_TRIPLE: dict[tuple[int, int, int], DType] = {}
+for _name, _code, _bits, _lanes, _kind in _SPECS:
+    _dt = DType(_name, _code, _bits, _lanes, _kind)
+    DTYPES[_name] = _dt
+    _BY_TRIPLE[(_code, _bits, _lanes)] = _dt
+del _name, _code, _bits, _lanes, _kind, _dt
+
+_ALIASES = {
+    "bool_": "bool", "float": "float64", "double": "float64", "half": "float16",
+    "complex": "complex128", "cfloat": "complex64", "cdouble": "complex128",
+    "int": "int64", "long": "int64", "short": "int16", "byte": "int8",
+    "float4_e2m1fn_x2": "float4_e2m1fn_x2",
+}
+
+# PEP 3118 / NumPy ``dtype.str`` characters of the types that have one.
+_NUMPY_CHARS = {
+    "?": "bool", "b": "int8", "h": "int16", "i": "int32", "q": "int64", "l": "int64",
+    "B": "uint8", "H": "uint16", "I": "uint32", "Q": "uint64", "L": "uint64",
+    "e": "float16", "f": "float32", "d": "float64", "F": "complex64", "D": "complex128",
+}
+
+
+def from_triple(code: int, bits: int, lanes: int) -> DType:
+    """The DType for a ``DLDataType``; ValueError when DLPack 1.3 has none."""
+    try:
+        return _BY_TRIPLE[(code, bits, lanes)]
+    except KeyError:
+        raise ValueError(
+            f"DLDataType(code={code}, bits={bits}, lanes={lanes}) is not a DLPack 1.3 "
+            f"data type known to dlpack-ref; known: {sorted(_BY_TRIPLE)}"
+        ) from None
+
+
+def _from_name(name: str) -> DType | None:
+    name = name.strip().lower()
+    if name.startswith("torch."):
+        name = name[len("torch."):]
+    name = _ALIASES.get(name, name)
+    return DTYPES.get(name)
+
+
+def as_dtype(obj) -> DType:
+    """Resolve ``obj`` to a :class:`DType`.
+
+    Accepted, in this order: a DType; anything with ``__dlpack_data_type__``;
+    a NumPy dtype, scalar type or anything ``numpy.dtype`` understands (only
+    when NumPy is already imported); ml_dtypes types (by name); torch dtypes
+    (by name, torch is never imported here); a name such as ``"float32"`` or
+    ``"bfloat16"``; the Python types ``bool``, ``int``, ``float``, ``complex``.
+    TypeError for anything else.
+    """
+    if isinstance(obj, DType):
+        return obj
+    proto = getattr(obj, "__dlpack_data_type__", None)
+    if proto is not None and not isinstance(obj, type):
+        triple = tuple(proto())
+        if len(triple) != 3:
+            raise ValueError(f"__dlpack_data_type__() of {obj!r} returned {triple!r}, not (code, bits, lanes)")
+        return from_triple(*(int(v) for v in triple))
+    if obj is bool:
+        return DTYPES["bool"]
+    if obj is int:
+        return DTYPES["int64"]
+    if obj is float:
+        return DTYPES["float64"]
+    if obj is complex:
+        return DTYPES["complex128"]
+    if isinstance(obj, str):
+        dt = _from_name(obj)
+        if dt is not None:
+            return dt
+        raise TypeError(f"unknown dtype name {obj!r}; expected one of {sorted(DTYPES)}")
+    module = type(obj).__module__ or ""
+    if module.startswith("torch"):
+        # torch.float32 and friends print as 'torch.float32'.
+        dt = _from_name(str(obj))
+        if dt is not None:
+            return dt
+        raise TypeError(f"torch dtype {obj} has no DLPack equivalent in dlpack-ref")
+    np_dt = _numpy_dtype(obj)
+    if np_dt is not None:
+        return np_dt
+    raise TypeError(
+        f"cannot interpret {obj!r} (type {type(obj).__name__}) as a dtype; expected a "
+        "dlpack_ref dtype, an object with __dlpack_data_type__, a NumPy, ml_dtypes or "
+        "torch dtype, or a name such as 'float32'"
+    )
+
+
+def _numpy_dtype(obj) -> DType | None:
+    import sys
+
+    np = sys.modules.get("numpy")
+    if np is None:
+        return None
+    try:
+        npdt = np.dtype(obj)
+    except (TypeError, ValueError):
+        return None
+    if not npdt.isnative:
+        raise TypeError(f"NumPy dtype {npdt!r} has non-native byte order, which DLPack cannot describe")
+    if npdt.char in _NUMPY_CHARS and npdt.kind in "biufc":
+        return DTYPES[_NUMPY_CHARS[npdt.char]]
+    # ml_dtypes registers its types with NumPy under their own names.
+    dt = _from_name(npdt.name)
+    if dt is not None:
+        return dt
+    raise TypeError(f"NumPy dtype {npdt!r} has no DLPack equivalent")

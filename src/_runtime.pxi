@@ -1,0 +1,173 @@
+# C-level helpers with one job each: aligned host memory, releasing a Python
+# owner from a deleter that may run on any thread or after finalization, the
+# deleters and capsule destructors of our exports, and strided copies.
+
+cdef extern from *:
+    """
+    #include <stdlib.h>
+    #include <string.h>
+    #include <stdint.h>
+    #if defined(_WIN32)
+    #include <malloc.h>
+    static void* dlref_aligned_alloc(size_t n) { return _aligned_malloc(n ? n : 1, 256); }
+    static void dlref_aligned_free(void* p) { _aligned_free(p); }
+    #else
+    static void* dlref_aligned_alloc(size_t n) {
+        void* p = NULL;
+        if (posix_memalign(&p, 256, n ? n : 1) != 0) return NULL;
+        return p;
+    }
+    static void dlref_aligned_free(void* p) { free(p); }
+    #endif
+
+    static int dlref_is_finalizing(void) {
+    #if PY_VERSION_HEX >= 0x030D0000
+        return Py_IsFinalizing();
+    #else
+        return _Py_IsFinalizing();
+    #endif
+    }
+
+    /* Drop one reference to `obj` from code that may hold no thread state.
+       A deleter can run on a thread without the GIL, or after the interpreter
+       has finalized; in the last case touching the object would crash, so it
+       is leaked: the process is ending and the OS reclaims the memory. */
+    static void dlref_release_owner(PyObject* obj) {
+        if (obj == NULL || !Py_IsInitialized()) return;
+        if (PyGILState_Check()) { Py_DECREF(obj); return; }
+        if (dlref_is_finalizing()) return;
+        PyGILState_STATE st = PyGILState_Ensure();
+        Py_DECREF(obj);
+        PyGILState_Release(st);
+    }
+
+    /* Copy an n-d strided array of `itemsize`-byte elements into another;
+       strides in bytes. Dimensions are walked with counters (no recursion);
+       the innermost dimension becomes one memcpy when both sides are dense
+       along it. */
+    static void dlref_strided_copy(char* dst, const int64_t* dst_strides,
+                                   const char* src, const int64_t* src_strides,
+                                   const int64_t* shape, int ndim, size_t itemsize) {
+        int64_t index[64];
+        int64_t total = 1;
+        int d;
+        for (d = 0; d < ndim; ++d) { total *= shape[d]; index[d] = 0; }
+        if (total == 0) return;
+        if (ndim == 0) { memcpy(dst, src, itemsize); return; }
+        int inner = ndim - 1;
+        int64_t n_inner = shape[inner];
+        int dense = (dst_strides[inner] == (int64_t)itemsize && src_strides[inner] == (int64_t)itemsize);
+        int64_t rows = total / (n_inner ? n_inner : 1);
+        for (int64_t r = 0; r < rows; ++r) {
+            int64_t doff = 0, soff = 0;
+            for (d = 0; d < inner; ++d) { doff += index[d] * dst_strides[d]; soff += index[d] * src_strides[d]; }
+            if (dense) {
+                memcpy(dst + doff, src + soff, (size_t)n_inner * itemsize);
+            } else {
+                char* dp = dst + doff; const char* sp = src + soff;
+                for (int64_t i = 0; i < n_inner; ++i) {
+                    memcpy(dp, sp, itemsize);
+                    dp += dst_strides[inner]; sp += src_strides[inner];
+                }
+            }
+            for (d = inner - 1; d >= 0; --d) {
+                if (++index[d] < shape[d]) break;
+                index[d] = 0;
+            }
+        }
+    }
+    """
+    void* dlref_aligned_alloc(size_t n) nogil
+    void dlref_aligned_free(void* p) nogil
+    void dlref_release_owner(PyObject* obj) nogil
+    void dlref_strided_copy(char* dst, const int64_t* dst_strides, const char* src,
+                            const int64_t* src_strides, const int64_t* shape, int ndim,
+                            size_t itemsize) nogil
+
+
+cdef enum:
+    # The most dimensions accepted (NumPy 2 allows as many).
+    MAX_NDIM = 64
+    # ndim up to this many keeps shape and strides inside the Array (no malloc).
+    SMALL_NDIM = 4
+
+cdef const char* NAME_VERSIONED = b"dltensor_versioned"
+cdef const char* NAME_LEGACY = b"dltensor"
+cdef const char* NAME_USED_VERSIONED = b"used_dltensor_versioned"
+cdef const char* NAME_USED_LEGACY = b"used_dltensor"
+
+cdef uint64_t FLAG_READ_ONLY = DLPACK_FLAG_BITMASK_READ_ONLY
+cdef uint64_t FLAG_IS_COPIED = DLPACK_FLAG_BITMASK_IS_COPIED
+cdef uint64_t FLAG_SUBBYTE_PADDED = DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED
+
+
+# --- deleters and capsule destructors of our exports -----------------------
+# manager_ctx holds one reference to the exported Array; the block itself is
+# the single allocation made by _export.
+
+cdef void _delete_versioned(DLManagedTensorVersioned* self) noexcept nogil:
+    dlref_release_owner(<PyObject*>self.manager_ctx)
+    free(self)
+
+
+cdef void _delete_legacy(DLManagedTensor* self) noexcept nogil:
+    dlref_release_owner(<PyObject*>self.manager_ctx)
+    free(self)
+
+
+# A capsule that was never consumed still owns its tensor. The name test is
+# what tells: a consumer renames it to used_* when it takes ownership.
+cdef void _destroy_versioned_capsule(object capsule) noexcept:
+    cdef DLManagedTensorVersioned* m
+    if PyCapsule_IsValid(capsule, NAME_VERSIONED):
+        m = <DLManagedTensorVersioned*>PyCapsule_GetPointer(capsule, NAME_VERSIONED)
+        if m.deleter != NULL:
+            m.deleter(m)
+
+
+cdef void _destroy_legacy_capsule(object capsule) noexcept:
+    cdef DLManagedTensor* m
+    if PyCapsule_IsValid(capsule, NAME_LEGACY):
+        m = <DLManagedTensor*>PyCapsule_GetPointer(capsule, NAME_LEGACY)
+        if m.deleter != NULL:
+            m.deleter(m)
+
+
+# --- errors ----------------------------------------------------------------
+
+class CopyForbiddenError(BufferError, ValueError):
+    """Raised when ``copy=False`` and only a copy could satisfy the request.
+
+    It is both a BufferError and a ValueError because the array API standard
+    names both for this case (``__dlpack__`` says BufferError, ``from_dlpack``
+    and ``asarray`` say ValueError); catching either works.
+    """
+
+
+# --- CUDA, loaded only when a CUDA device is involved ------------------------
+
+cdef object _cuda_module = None
+
+cdef object _cuda():
+    """The dlpack_ref.cuda module; its import names what is missing
+    (cuda-python, the driver, or a device) when CUDA cannot be used."""
+    global _cuda_module
+    if _cuda_module is None:
+        from dlpack_ref import cuda as mod
+        mod.require()
+        _cuda_module = mod
+    return _cuda_module
+
+
+# Device types whose memory dlpack-ref can hold. Others are refused at import
+# with BufferError (no code here could ever read them).
+cdef inline bint _supported_device_type(int32_t t) noexcept nogil:
+    return t == kDLCPU or t == kDLCUDA or t == kDLCUDAHost or t == kDLCUDAManaged
+
+
+cdef inline bint _host_accessible(int32_t t) noexcept nogil:
+    return t == kDLCPU or t == kDLCUDAHost or t == kDLCUDAManaged
+
+
+cdef inline bint _cuda_family(int32_t t) noexcept nogil:
+    return t == kDLCUDA or t == kDLCUDAHost or t == kDLCUDAManaged
