@@ -265,13 +265,7 @@ cdef class Array:
     def __bool__(self):
         if _size_of(self) != 1:
             raise ValueError(f"the truth value of an Array with {_size_of(self)} elements is ambiguous")
-        return bool(self.tolist() if self._ndim == 0 else self.reshape_flat_first())
-
-    def reshape_flat_first(self):
-        cdef Array v = self
-        while v._ndim:
-            v = v[0]
-        return v.tolist()
+        return bool(self._scalar())
 
     def __int__(self):
         return int(self._scalar())
@@ -290,7 +284,10 @@ cdef class Array:
     def _scalar(self):
         if _size_of(self) != 1:
             raise TypeError(f"only size-1 Arrays convert to Python scalars; this one has shape {self.shape}")
-        return self.reshape_flat_first()
+        value = self.tolist()
+        while isinstance(value, list):
+            value = value[0]
+        return value
 
     def __reduce__(self):
         raise TypeError("Array does not pickle; exchange it through DLPack or copy it with tolist()")
@@ -343,12 +340,11 @@ cdef class Array:
             raise BufferError(
                 "a read-only Array cannot be exported as a legacy 'dltensor' capsule (it has no "
                 "read-only flag); pass max_version=(1, 0) or newer, or copy=True")
-        if _storage_bits(src._dtype, src._flags) < 8 or (
-                src._dtype.bits * src._dtype.lanes < 8 and (src._flags & FLAG_SUBBYTE_PADDED)):
-            if src._dtype.bits * src._dtype.lanes < 8 and (src._flags & FLAG_SUBBYTE_PADDED):
-                raise BufferError(
-                    f"a {self.dtype} Array stored one element per byte cannot be exported as a legacy "
-                    "'dltensor' capsule (legacy sub-byte data is packed); pass max_version=(1, 0) or newer")
+        if src._dtype.bits * src._dtype.lanes < 8 and (src._flags & FLAG_SUBBYTE_PADDED):
+            # Legacy capsules have no flags, so their sub-byte data is packed.
+            raise BufferError(
+                f"a {self.dtype} Array stored one element per byte cannot be exported as a legacy "
+                "'dltensor' capsule (legacy sub-byte data is packed); pass max_version=(1, 0) or newer")
         return _export_legacy(src)
 
     # --- buffer protocol (CPU-accessible memory) ---------------------------
