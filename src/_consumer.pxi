@@ -21,6 +21,8 @@ def _stream_context_entered(int delta):
 
 
 cdef Array _array_from_capsule(object capsule):
+    if not PyCapsule_CheckExact(capsule):
+        raise TypeError(f"__dlpack__ returned {type(capsule).__name__}, not a DLPack capsule")
     cdef const char* name = PyCapsule_GetName(capsule)
     cdef void* ptr
     if name != NULL and strcmp(name, NAME_VERSIONED) == 0:
@@ -132,10 +134,14 @@ cdef int _adopt(Array a, DLTensor* t, uint64_t flags, bint null_strides_ok) exce
                 stride = -stride
             if a._shape[i] > 1:
                 if stride and (a._shape[i] - 1) > (INT64_MAX - span) // stride:
-                    raise BufferError(f"DLTensor strides overflow int64 at axis {i}")
+                    raise BufferError(
+                        f"DLTensor strides overflow int64 at axis {i} (stride {a._strides[i]}, "
+                        f"extent {a._shape[i]})")
                 span += stride * (a._shape[i] - 1)
         if span + 1 > INT64_MAX // bits:
-            raise BufferError("DLTensor's extent in bytes overflows int64")
+            raise BufferError(
+                f"DLTensor's extent in bytes overflows int64 (shape {a.shape}, strides {a.strides}, "
+                f"{bits} bits per element)")
         if t.data == NULL:
             raise BufferError(f"DLTensor.data is NULL for a non-empty tensor (shape {a.shape})")
     if t.byte_offset > <uint64_t>INT64_MAX:
@@ -226,7 +232,7 @@ def from_dlpack(x, /, *, device=None, copy=None):
         target = source
     stream = None
     if _cuda_family(source.device_type) and (_stream_contexts or _cuda_family(target.device_type)):
-        stream = _cuda().consumer_stream_for(source, target)
+        stream = _cuda().consumer_stream_for(_device_object(source), _device_object(target))
     kwargs = {"max_version": _MAX_VERSION}
     if stream is not None:
         kwargs["stream"] = stream
@@ -254,21 +260,25 @@ def from_dlpack(x, /, *, device=None, copy=None):
         capsule = x.__dlpack__(max_version=_MAX_VERSION) if stream is None else \
             x.__dlpack__(max_version=_MAX_VERSION, stream=stream)
     a = _array_from_capsule(capsule)
-    return _finish_import(a, target, copy, producer_did_it)
+    if stream is not None and stream != -1 and _cuda_family(a._device.device_type) and \
+            (stream > 2 or a._device.device_id == source.device_id):
+        # The producer ordered the data on our stream: it is the Array's now.
+        a._stream = 0 if stream == 1 else <uintptr_t>stream
+    return _finish_import(a, target, copy, producer_did_it, stream)
 
 
-cdef Array _finish_import(Array a, DLDevice target, object copy, bint producer_did_it):
+cdef Array _finish_import(Array a, DLDevice target, object copy, bint producer_did_it, object stream=None):
     """Apply the device and copy requests the producer did not."""
     cdef bint copied = producer_did_it and a._managed_versioned and \
         ((<DLManagedTensorVersioned*>a._managed).flags & FLAG_IS_COPIED) != 0
     if copy is True and not copied:
-        return _copy_to(a, target, None)
+        return _copy_to(a, target, stream)
     if not _can_access(target, a._device):
         if copy is False:
             raise CopyForbiddenError(
                 f"copy=False, but the data on {a.device} cannot be used on {_device_object(target)} "
                 "without a copy")
-        return _copy_to(a, target, None)
+        return _copy_to(a, target, stream)
     return a
 
 

@@ -116,21 +116,43 @@ cdef void _delete_legacy(DLManagedTensor* self) noexcept nogil:
 
 
 # A capsule that was never consumed still owns its tensor. The name test is
-# what tells: a consumer renames it to used_* when it takes ownership.
-cdef void _destroy_versioned_capsule(object capsule) noexcept:
-    cdef DLManagedTensorVersioned* m
-    if PyCapsule_IsValid(capsule, NAME_VERSIONED):
-        m = <DLManagedTensorVersioned*>PyCapsule_GetPointer(capsule, NAME_VERSIONED)
-        if m.deleter != NULL:
-            m.deleter(m)
-
-
-cdef void _destroy_legacy_capsule(object capsule) noexcept:
-    cdef DLManagedTensor* m
-    if PyCapsule_IsValid(capsule, NAME_LEGACY):
-        m = <DLManagedTensor*>PyCapsule_GetPointer(capsule, NAME_LEGACY)
-        if m.deleter != NULL:
-            m.deleter(m)
+# what tells: a consumer renames it to used_* when it takes ownership. A
+# capsule often dies while an exception is propagating (a consumer that
+# refused it), so the pending exception is set aside around the deleter, which
+# may run Python code; the same is done by NumPy's destructor.
+cdef extern from *:
+    """
+    static void dlref_destroy_capsule(PyObject* capsule, const char* name, int versioned) {
+        if (!PyCapsule_IsValid(capsule, name)) return;
+    #if PY_VERSION_HEX >= 0x030C0000
+        PyObject* pending = PyErr_GetRaisedException();
+    #else
+        PyObject *type, *value, *traceback;
+        PyErr_Fetch(&type, &value, &traceback);
+    #endif
+        void* m = PyCapsule_GetPointer(capsule, name);
+        if (versioned) {
+            DLManagedTensorVersioned* mv = (DLManagedTensorVersioned*)m;
+            if (mv->deleter != NULL) mv->deleter(mv);
+        } else {
+            DLManagedTensor* ml = (DLManagedTensor*)m;
+            if (ml->deleter != NULL) ml->deleter(ml);
+        }
+    #if PY_VERSION_HEX >= 0x030C0000
+        PyErr_SetRaisedException(pending);
+    #else
+        PyErr_Restore(type, value, traceback);
+    #endif
+    }
+    static void dlref_destroy_versioned_capsule(PyObject* capsule) {
+        dlref_destroy_capsule(capsule, "dltensor_versioned", 1);
+    }
+    static void dlref_destroy_legacy_capsule(PyObject* capsule) {
+        dlref_destroy_capsule(capsule, "dltensor", 0);
+    }
+    """
+    void _destroy_versioned_capsule "dlref_destroy_versioned_capsule"(object capsule) noexcept
+    void _destroy_legacy_capsule "dlref_destroy_legacy_capsule"(object capsule) noexcept
 
 
 # --- errors ----------------------------------------------------------------
@@ -171,3 +193,61 @@ cdef inline bint _host_accessible(int32_t t) noexcept nogil:
 
 cdef inline bint _cuda_family(int32_t t) noexcept nogil:
     return t == kDLCUDA or t == kDLCUDAHost or t == kDLCUDAManaged
+
+
+# --- hooks for dlpack_ref.testing --------------------------------------------
+# The hand-built capsules of dlpack_ref.testing need a deleter and a capsule
+# destructor that run Python code. A ctypes callback cannot be used for them:
+# consumers (this one included) destroy capsules while an exception is being
+# raised, and Python code run with that exception pending fails and swallows
+# it. These C trampolines save and restore the pending exception around the
+# hook, take the GIL themselves, and do nothing once Python is finalizing.
+
+cdef extern from *:
+    """
+    static PyObject* dlref_testing_hook = NULL;
+
+    static void dlref_testing_dispatch(int kind, void* address) {
+        if (!Py_IsInitialized()) return;
+        if (!PyGILState_Check() && dlref_is_finalizing()) return;
+        PyGILState_STATE st = PyGILState_Ensure();
+    #if PY_VERSION_HEX >= 0x030C0000
+        PyObject* pending = PyErr_GetRaisedException();
+    #else
+        PyObject *type, *value, *traceback;
+        PyErr_Fetch(&type, &value, &traceback);
+    #endif
+        if (dlref_testing_hook != NULL) {
+            PyObject* r = PyObject_CallFunction(dlref_testing_hook, "iN", kind,
+                                                PyLong_FromVoidPtr(address));
+            if (r == NULL) PyErr_WriteUnraisable(dlref_testing_hook);
+            Py_XDECREF(r);
+        }
+    #if PY_VERSION_HEX >= 0x030C0000
+        PyErr_SetRaisedException(pending);
+    #else
+        PyErr_Restore(type, value, traceback);
+    #endif
+        PyGILState_Release(st);
+    }
+    static void dlref_testing_deleter(void* self) { dlref_testing_dispatch(0, self); }
+    static void dlref_testing_capsule_destructor(PyObject* capsule) { dlref_testing_dispatch(1, capsule); }
+    static void dlref_testing_set_hook(PyObject* hook) {
+        PyObject* old = dlref_testing_hook;
+        Py_XINCREF(hook);
+        dlref_testing_hook = hook;
+        Py_XDECREF(old);
+    }
+    """
+    void dlref_testing_deleter(void* self)
+    void dlref_testing_capsule_destructor(object capsule)
+    void dlref_testing_set_hook(object hook)
+
+
+def _testing_trampolines(hook):
+    """Install ``hook(kind, address)`` and return the C addresses of
+    ``(deleter, capsule_destructor)`` that call it: kind 0 with the managed
+    tensor's address from the deleter, kind 1 with the capsule's address from
+    the destructor. For dlpack_ref.testing only; one hook per process."""
+    dlref_testing_set_hook(hook)
+    return (<uintptr_t>&dlref_testing_deleter, <uintptr_t>&dlref_testing_capsule_destructor)

@@ -1,0 +1,469 @@
+"""The consumer contract: dlpack_ref.from_dlpack against hand-built capsules.
+
+Every capsule comes from dlpack_ref.testing.CapsuleFactory, which counts the
+calls of its deleters. Each malformed capsule is delivered three ways: as a
+bare versioned capsule, as a bare legacy capsule, and through a producer whose
+capsule dies inside from_dlpack while the error is being raised.
+"""
+
+import ctypes
+import gc
+import struct
+import sys
+import threading
+
+import pytest
+
+import dlpack_ref
+from dlpack_ref import from_dlpack
+from dlpack_ref.testing import (
+    FLAG_READ_ONLY,
+    NAME_LEGACY,
+    NAME_USED_LEGACY,
+    NAME_USED_VERSIONED,
+    NAME_VERSIONED,
+    CapsuleFactory,
+    ForeignProducer,
+    capsule_name,
+    read_capsule,
+)
+
+INT64_MIN = -(1 << 63)
+INT64_MAX = (1 << 63) - 1
+
+
+def deleter_calls(factory):
+    """Deleter calls once every unreachable Array has been collected."""
+    gc.collect()
+    return factory.deleter_calls
+
+
+def used_name(versioned):
+    return NAME_USED_VERSIONED if versioned else NAME_USED_LEGACY
+
+
+def float32_bytes(values):
+    return struct.pack(f"<{len(values)}f", *values)
+
+
+# --- ownership on success ------------------------------------------------------
+
+@pytest.mark.parametrize("versioned", [True, False], ids=["versioned", "legacy"])
+def test_deleter_runs_once_when_the_array_dies(factory, versioned):
+    cap = factory.make(shape=(2, 3), versioned=versioned, fill=float32_bytes(range(6)))
+    a = from_dlpack(cap)
+    assert capsule_name(cap) == used_name(versioned)
+    assert a.data_ptr == factory.last_data
+    assert a.tolist() == [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]
+    assert deleter_calls(factory) == 0
+    del a
+    assert deleter_calls(factory) == 1
+    del cap  # a consumed capsule's destructor must not call the deleter again
+    assert deleter_calls(factory) == 1
+    assert factory.live == 0
+
+
+def test_views_keep_the_tensor_alive(factory):
+    a = from_dlpack(factory.make(shape=(4, 2)))
+    view = a[1:, ::-1]
+    del a
+    assert deleter_calls(factory) == 0
+    del view
+    assert deleter_calls(factory) == 1
+
+
+def test_deleter_may_run_on_another_thread(factory):
+    a = from_dlpack(factory.make())
+    holder = [a]
+    del a
+    thread = threading.Thread(target=holder.clear)
+    thread.start()
+    thread.join()
+    assert deleter_calls(factory) == 1
+
+
+def test_unconsumed_capsule_calls_deleter_once(factory):
+    cap = factory.make()
+    assert capsule_name(cap) == NAME_VERSIONED
+    del cap
+    assert deleter_calls(factory) == 1
+    assert factory.live == 0
+
+
+def test_null_deleter_is_accepted(factory):
+    cap = factory.make(deleter=False, fill=float32_bytes([7.0] * 6))
+    a = from_dlpack(cap)
+    assert a.tolist() == [[7.0] * 3] * 2
+    del a, cap
+    assert deleter_calls(factory) == 0
+
+
+# --- names ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("versioned", [True, False], ids=["versioned", "legacy"])
+def test_consuming_twice_raises_buffererror(factory, versioned):
+    cap = factory.make(versioned=versioned)
+    a = from_dlpack(cap)
+    with pytest.raises(BufferError, match="already consumed") as excinfo:
+        from_dlpack(cap)
+    assert excinfo.type is BufferError
+    assert used_name(versioned).decode() in str(excinfo.value)
+    del a, excinfo
+    assert deleter_calls(factory) == 1
+
+
+@pytest.mark.parametrize("name, shown", [
+    (b"foo", "'foo'"),
+    (b"DLTENSOR", "'DLTENSOR'"),
+    (b"dltensor_versioned_", "'dltensor_versioned_'"),
+    (b"", "''"),
+    ("null", "NULL"),
+    (NAME_USED_VERSIONED, "used_dltensor_versioned"),
+    (NAME_USED_LEGACY, "used_dltensor"),
+])
+def test_wrong_capsule_name_is_refused_and_left_alone(factory, name, shown):
+    cap = factory.make(name=name)
+    with pytest.raises(BufferError) as excinfo:
+        from_dlpack(cap)
+    assert excinfo.type is BufferError
+    assert shown in str(excinfo.value)
+    # The consumer did not take ownership: the name is unchanged and the
+    # deleter is the producer's business (its destructor runs it).
+    assert capsule_name(cap) == (None if name == "null" else name)
+    assert deleter_calls(factory) == 0
+    del cap
+    assert deleter_calls(factory) == 1
+
+
+def test_wrong_name_through_a_producer_keeps_the_error(factory):
+    producer = ForeignProducer(factory, name=b"foo")
+    with pytest.raises(BufferError, match="'foo'"):
+        from_dlpack(producer)
+    assert deleter_calls(factory) == 1
+
+
+def test_producer_returning_a_non_capsule_raises_typeerror(factory):
+    with pytest.raises(TypeError, match="int"):
+        from_dlpack(ForeignProducer(factory, returns=12345))
+    assert factory.deleter_calls == 0
+
+
+# --- what the consumer asks for ------------------------------------------------------
+
+def test_consumer_asks_for_max_version_1_3(factory):
+    producer = ForeignProducer(factory)
+    a = from_dlpack(producer)
+    assert producer.calls == [{"max_version": (1, 3)}]
+    assert type(producer.calls[0]["max_version"]) is tuple
+    del a
+    assert deleter_calls(factory) == 1
+
+
+def test_legacy_fallback_on_typeerror(factory):
+    producer = ForeignProducer(factory, legacy_only=True, fill=float32_bytes(range(6)))
+    a = from_dlpack(producer)
+    assert producer.calls == [{"max_version": (1, 3)}, {}]
+    assert a.data_ptr == factory.last_data
+    assert a.tolist() == [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]
+    assert deleter_calls(factory) == 0
+    del a
+    assert deleter_calls(factory) == 1
+
+
+@pytest.mark.parametrize("error", [BufferError("cannot export"), ValueError("bad value")],
+                         ids=["BufferError", "ValueError"])
+def test_no_fallback_on_other_errors(factory, error):
+    producer = ForeignProducer(factory, raises=error)
+    with pytest.raises(type(error), match=str(error)):
+        from_dlpack(producer)
+    assert len(producer.calls) == 1
+    assert factory.deleter_calls == 0
+
+
+# --- malformed capsules: one field out of range each ----------------------------------
+
+# (id, make() keywords, a regex the message must match, applies to legacy)
+MALFORMED = [
+    ("version-0.5", dict(version=(0, 5)), r"version 0\.5", False),
+    ("version-2.0", dict(version=(2, 0)), r"version 2\.0", False),
+    ("ndim--1", dict(ndim=-1), r"ndim=-1\b", True),
+    ("ndim-65-override", dict(ndim=65), r"ndim=65\b", True),
+    ("ndim-65-real", dict(shape=(1,) * 65), r"ndim=65\b", True),
+    ("ndim-int32-min", dict(ndim=-(1 << 31)), str(-(1 << 31)), True),
+    ("shape-negative", dict(shape=(2, -3)), r"shape\[1\]=-3\b", True),
+    ("shape-int64-min", dict(shape=(INT64_MIN,)), str(INT64_MIN), True),
+    ("shape-null", dict(shape_null=True), r"shape is NULL.*ndim=2", True),
+    ("strides-null-1.2", dict(strides="null", version=(1, 2)), r"strides is NULL", False),
+    ("strides-null-1.3", dict(strides="null"), r"strides is NULL", False),
+    ("shape-product-overflow", dict(shape=(1 << 62, 4)), r"axis 1.*extent 4\b", True),
+    ("shape-product-overflow-2", dict(shape=(1 << 32, 1 << 32)), str(1 << 32), True),
+    ("stride-overflow", dict(shape=(3,), strides=(1 << 62,)), str(1 << 62), True),
+    ("stride-int64-min", dict(shape=(2,), strides=(INT64_MIN,)), str(INT64_MIN), True),
+    ("stride-int64-max", dict(shape=(2,), strides=(INT64_MAX,)), str(INT64_MAX), True),
+    ("byte-extent-overflow", dict(shape=(2,), strides=(1 << 61,), dtype=(2, 64, 1)),
+     str(1 << 61), True),
+    ("byte-offset-overflow", dict(byte_offset=1 << 63), str(1 << 63), True),
+    ("device-opencl", dict(device=(4, 0)), r"\(4, 0\)", True),
+    ("device-extdev", dict(device=(12, 0)), r"\(12, 0\)", True),
+    ("device-99", dict(device=(99, 0)), r"\(99, 0\)", True),
+    ("device-0", dict(device=(0, 0)), r"\(0, 0\)", True),
+    ("device-negative-type", dict(device=(-1, 0)), r"\(-1, 0\)", True),
+    ("device-id-negative", dict(device=(1, -1)), r"device_id=-1\b", True),
+    ("data-null", dict(data=None), r"data is NULL", True),
+    ("data-null-0d", dict(shape=(), data=None), r"data is NULL", True),
+]
+
+# Valid-looking triples DLPack 1.3 does not define.
+INVALID_DTYPES = [
+    (0, 1, 1), (0, 4, 1), (0, 7, 1), (0, 128, 1), (1, 0, 1), (1, 24, 1),
+    (2, 8, 1), (2, 128, 1), (2, 0, 1), (3, 64, 1), (4, 32, 1), (4, 8, 1),
+    (5, 32, 1), (5, 256 - 1, 1), (6, 1, 1), (6, 32, 1), (7, 16, 1), (14, 6, 1),
+    (15, 8, 1), (16, 4, 1), (17, 8, 1), (17, 6, 1), (18, 8, 1), (255, 8, 1),
+    (2, 32, 0), (2, 32, 4), (0, 8, 16), (17, 4, 4), (17, 4, 0), (15, 6, 2),
+]
+MALFORMED += [
+    (f"dtype-{c}-{b}-{l}", dict(dtype=(c, b, l)), rf"code={c}, bits={b}, lanes={l}\b", True)
+    for c, b, l in INVALID_DTYPES
+]
+
+DELIVERY = ["versioned", "legacy", "producer"]
+
+
+def _deliver(factory, how, make_kwargs):
+    """Hand a malformed capsule to from_dlpack; return the capsule (None when
+    it went through a producer and died inside the consumer)."""
+    if how == "producer":
+        from_dlpack(ForeignProducer(factory, **make_kwargs))
+        return None
+    cap = factory.make(versioned=(how == "versioned"), **make_kwargs)
+    try:
+        from_dlpack(cap)
+    finally:
+        assert capsule_name(cap) == used_name(how == "versioned"), "ownership must be taken"
+        del cap
+
+
+# Legacy capsules have no version, and NULL strides are valid in them.
+MALFORMED_DELIVERIES = [
+    pytest.param(how, make_kwargs, message, id=f"{case}-{how}")
+    for case, make_kwargs, message, for_legacy in MALFORMED
+    for how in DELIVERY
+    if for_legacy or how != "legacy"
+]
+
+
+@pytest.mark.parametrize("how, make_kwargs, message", MALFORMED_DELIVERIES)
+def test_malformed_capsule_is_refused(factory, how, make_kwargs, message):
+    with pytest.raises(BufferError, match=message) as excinfo:
+        _deliver(factory, how, make_kwargs)
+    assert excinfo.type is BufferError
+    del excinfo
+    assert deleter_calls(factory) == 1
+    assert factory.live == 0
+
+
+def test_major_version_error_says_the_deleter_ran(factory):
+    with pytest.raises(BufferError, match="version 2.0"):
+        from_dlpack(factory.make(version=(2, 0)))
+    # The deleter runs right when the version is refused, not later.
+    assert factory.calls_for(factory.last_id) == 1
+
+
+# --- accepted corner cases -------------------------------------------------------------
+
+@pytest.mark.parametrize("make_kwargs", [
+    dict(version=(1, 0)), dict(version=(1, 1)), dict(versioned=False),
+], ids=["1.0", "1.1", "legacy"])
+def test_null_strides_read_as_row_major_before_1_2(factory, make_kwargs):
+    cap = factory.make(shape=(2, 3), strides="null", fill=float32_bytes(range(6)), **make_kwargs)
+    a = from_dlpack(cap)
+    assert a.strides == (3, 1)
+    assert a.tolist() == [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]
+    del a, cap
+    assert deleter_calls(factory) == 1
+
+
+@pytest.mark.parametrize("version", [(1, 0), (1, 3), (1, 4), (1, 99)])
+def test_any_minor_version_of_major_1_is_accepted(factory, version):
+    a = from_dlpack(factory.make(version=version))
+    assert a.shape == (2, 3)
+    del a
+    assert deleter_calls(factory) == 1
+
+
+def test_null_strides_are_fine_for_0d(factory):
+    a = from_dlpack(factory.make(shape=(), strides="null", fill=float32_bytes([2.5])))
+    assert a.shape == () and a.tolist() == 2.5
+    del a
+    assert deleter_calls(factory) == 1
+
+
+# Every DLPack 1.3 data type, written out from the spec.
+VALID_DTYPES = (
+    [(0, b, 1) for b in (8, 16, 32, 64)] + [(1, b, 1) for b in (8, 16, 32, 64)]
+    + [(2, b, 1) for b in (16, 32, 64)] + [(4, 16, 1), (5, 64, 1), (5, 128, 1), (6, 8, 1)]
+    + [(code, 8, 1) for code in range(7, 15)]
+    + [(15, 6, 1), (16, 6, 1), (17, 4, 1), (17, 4, 2)]
+)
+
+
+@pytest.mark.parametrize("dtype", VALID_DTYPES, ids=[f"{c}-{b}-{l}" for c, b, l in VALID_DTYPES])
+@pytest.mark.parametrize("padded", [False, True], ids=["packed", "padded"])
+def test_every_dlpack_1_3_dtype_is_accepted(factory, dtype, padded):
+    flags = 4 if padded else 0  # DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED
+    a = from_dlpack(factory.make(shape=(4,), dtype=dtype, flags=flags))
+    assert a.dtype.__dlpack_data_type__() == dtype
+    assert a.data_ptr == factory.last_data
+    assert a.shape == (4,)
+    if dtype[1] * dtype[2] < 8:
+        assert a.subbyte_padded is padded
+    del a
+    assert deleter_calls(factory) == 1
+
+
+@pytest.mark.parametrize("device", [(1, 0), (1, 3)])
+def test_cpu_capsules_are_accepted(factory, device):
+    a = from_dlpack(factory.make(device=device))
+    assert a.__dlpack_device__() == device
+    del a
+    assert deleter_calls(factory) == 1
+
+
+@pytest.mark.parametrize("shape", [(0,), (0, 3), (3, 0, 2)])
+@pytest.mark.parametrize("strides", [None, "null"], ids=["strides", "null-strides-legacy"])
+def test_null_data_with_size_0_is_accepted(factory, shape, strides):
+    versioned = strides is None  # NULL strides are valid only in legacy capsules
+    a = from_dlpack(factory.make(shape=shape, data=None, strides=strides, versioned=versioned))
+    assert a.shape == shape
+    assert a.size == 0
+    assert a.tolist() == from_dlpack(dlpack_ref.zeros(shape, dtype="float32")).tolist()
+    del a
+    assert deleter_calls(factory) == 1
+
+
+@pytest.mark.parametrize("versioned", [True, False], ids=["versioned", "legacy"])
+@pytest.mark.parametrize("byte_offset", [4, 16, 1000])
+def test_byte_offset_is_honoured(factory, versioned, byte_offset):
+    cap = factory.make(shape=(3,), dtype=(2, 32, 1), byte_offset=byte_offset, versioned=versioned,
+                       fill=float32_bytes([1.5, -2.0, 8.0]))
+    a = from_dlpack(cap)
+    assert a.data_ptr == factory.last_data + byte_offset
+    assert a.tolist() == [1.5, -2.0, 8.0]
+    del a, cap
+    assert deleter_calls(factory) == 1
+
+
+def test_negative_strides_are_read_in_place(factory):
+    cap = factory.make(shape=(3,), strides=(-1,), fill=float32_bytes([5.0]))
+    a = from_dlpack(cap)
+    assert a.strides == (-1,)
+    assert a.data_ptr == factory.last_data
+    assert a.tolist()[0] == 5.0
+    del a, cap
+    assert deleter_calls(factory) == 1
+
+
+@pytest.mark.parametrize("flags, readonly", [(0, False), (FLAG_READ_ONLY, True), (2, False)],
+                         ids=["none", "READ_ONLY", "IS_COPIED"])
+def test_read_only_flag_becomes_array_readonly(factory, flags, readonly):
+    a = from_dlpack(factory.make(shape=(4,), dtype=(1, 8, 1), flags=flags))
+    assert a.readonly is readonly
+    assert memoryview(a).readonly is readonly
+    del a
+    assert deleter_calls(factory) == 1
+
+
+# --- reference counts of NumPy sources ------------------------------------------------
+
+def test_numpy_source_refcount_returns_to_start():
+    np = pytest.importorskip("numpy")
+    x = np.arange(12.0).reshape(3, 4)
+    start = sys.getrefcount(x)
+    a = from_dlpack(x)
+    assert a.data_ptr == x.ctypes.data
+    assert sys.getrefcount(x) > start  # the capsule's owner holds x
+    del a
+    gc.collect()
+    assert sys.getrefcount(x) == start
+
+
+@pytest.mark.parametrize("max_version", [None, (1, 0)], ids=["legacy", "versioned"])
+def test_numpy_capsule_refcount_returns_to_start(max_version):
+    np = pytest.importorskip("numpy")
+    x = np.arange(6, dtype=np.int32)
+    start = sys.getrefcount(x)
+    cap = x.__dlpack__(max_version=max_version) if max_version else x.__dlpack__()
+    a = from_dlpack(cap)
+    assert a.data_ptr == x.ctypes.data
+    del a, cap
+    gc.collect()
+    assert sys.getrefcount(x) == start
+
+
+def test_numpy_source_refcount_after_a_refused_import():
+    np = pytest.importorskip("numpy")
+    x = np.arange(4.0)
+    start = sys.getrefcount(x)
+    with pytest.raises(BufferError):
+        from_dlpack(x, device="cuda:0", copy=False)
+    gc.collect()
+    assert sys.getrefcount(x) == start
+
+
+# --- the tool itself: dlpack_ref.testing ------------------------------------------------
+
+def test_factory_writes_every_field_as_asked(factory):
+    cap = factory.make(shape=(2, 5), dtype=(1, 16, 1), version=(1, 1), flags=5, strides=(1, 2),
+                       device=(13, 2), byte_offset=24)
+    info = read_capsule(cap)
+    assert info["version"] == (1, 1) and info["flags"] == 5
+    assert info["shape"] == (2, 5) and info["strides"] == (1, 2)
+    assert info["device"] == (13, 2) and info["dtype"] == (1, 16, 1)
+    assert info["byte_offset"] == 24 and info["data"] == factory.last_data
+    assert info["data"] % 256 == 0
+    seen = dlpack_ref.inspect(cap)
+    for key in ("version", "flags", "shape", "strides", "device", "dtype", "byte_offset", "data"):
+        assert seen[key] == info[key], key
+    legacy = read_capsule(factory.make(versioned=False, shape_null=True, strides="null", ndim=3))
+    assert legacy["version"] is None and legacy["ndim"] == 3
+    assert legacy["shape_ptr"] == 0 and legacy["strides_ptr"] == 0
+
+
+def test_a_second_deleter_call_is_counted_not_fatal(factory):
+    cap = factory.make()
+    info = read_capsule(cap)
+    deleter = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(info["deleter"])
+    a = from_dlpack(cap)
+    del a
+    assert deleter_calls(factory) == 1
+    deleter(info["address"])  # a buggy consumer calling it again
+    assert deleter_calls(factory) == 2
+    assert factory.calls_for(factory.last_id) == 2
+
+
+def test_capsules_outlive_their_factory():
+    factory = CapsuleFactory()
+    cap = factory.make(fill=float32_bytes([1.0]))
+    counts = factory._counts
+    del factory
+    gc.collect()
+    a = from_dlpack(cap)
+    assert a.tolist()[0][0] == 1.0
+    del a, cap
+    gc.collect()
+    assert counts.total == 1
+
+
+def test_foreign_producer_records_calls_and_reports_its_device(factory):
+    producer = ForeignProducer(factory, device=(1, 0), shape=(3,))
+    assert producer.__dlpack_device__() == (1, 0)
+    assert capsule_name(producer.__dlpack__()) == NAME_LEGACY
+    cap = producer.__dlpack__(max_version=(1, 3), stream=None, copy=False)
+    assert capsule_name(cap) == NAME_VERSIONED
+    assert producer.calls == [{}, {"max_version": (1, 3), "stream": None, "copy": False}]
+    old = ForeignProducer(factory, legacy_only=True)
+    with pytest.raises(TypeError, match="max_version"):
+        old.__dlpack__(max_version=(1, 3))
+    assert capsule_name(old.__dlpack__(stream=None)) == NAME_LEGACY
+    del cap
+    assert deleter_calls(factory) == 3
