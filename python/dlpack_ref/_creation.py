@@ -52,6 +52,8 @@ def asarray(obj, /, *, dtype=None, device=None, copy=None):
     flat, shape = _flatten(obj)
     if want is None:
         want = _infer_dtype(flat)
+    if want.lanes > 1:
+        flat, shape = _fold_lanes(flat, shape, want)
     a = _core.empty(shape, dtype=want)
     _core._write_host_bytes(a, encode(want, flat))
     if device is not None:
@@ -111,6 +113,17 @@ def _flatten(obj):
             raise ValueError(f"ragged nested sequence: sub-shapes {inner} and {s} differ")
     flat = [v for p, _ in parts for v in p]
     return flat, (len(obj),) + inner
+
+
+def _fold_lanes(flat, shape, dtype):
+    """Vector dtypes (float4_e2m1fn_x2): tolist() gives each element as a
+    tuple of its lanes, so the innermost axis of a sequence holds the lanes."""
+    if not shape or shape[-1] != dtype.lanes:
+        raise ValueError(
+            f"a {dtype} element is a sequence of {dtype.lanes} values (one per lane); "
+            f"got a sequence of shape {shape}")
+    lanes = dtype.lanes
+    return [tuple(flat[i:i + lanes]) for i in range(0, len(flat), lanes)], shape[:-1]
 
 
 def _is_scalar_like(obj) -> bool:

@@ -1,9 +1,10 @@
-"""Devices: ``DeviceType`` (the C ``DLDeviceType`` under array API names),
-``Device`` and the one table of which memory a device can use in place."""
+"""Devices: ``DeviceType`` (the C ``DLDeviceType`` under array API names) and
+``Device``. The in-place access table is ``can_access`` in the core, next to
+the exports that consult it."""
 
 from __future__ import annotations
 
-__all__ = ["DeviceType", "Device", "as_device", "can_access", "C_ENUMERATORS"]
+__all__ = ["DeviceType", "Device", "as_device", "C_ENUMERATORS"]
 
 import enum
 
@@ -62,7 +63,9 @@ class Device:
     __slots__ = ("_type", "_id", "__weakref__")
 
     def __init__(self, type, id: int = 0):
-        if isinstance(type, str) and id == 0 and ":" in type:
+        if isinstance(type, str) and ":" in type:
+            if id != 0:
+                raise ValueError(f"device {type!r} already names its id; pass Device({type!r}) or Device(name, id)")
             d = as_device(type)
             type, id = d._type, d._id
         if isinstance(type, str):
@@ -140,28 +143,3 @@ def as_device(obj) -> Device:
         f"cannot interpret {obj!r} (type {type(obj).__name__}) as a device; expected a Device, "
         "a string such as 'cpu' or 'cuda:0', a (type, id) tuple or an object with __dlpack_device__"
     )
-
-
-# Memory device type -> the device types that can use it in place.
-_IN_PLACE = {
-    DeviceType.CPU: {DeviceType.CPU},
-    DeviceType.CPU_PINNED: {DeviceType.CPU, DeviceType.CPU_PINNED, DeviceType.CUDA},
-    DeviceType.CUDA_MANAGED: {DeviceType.CPU, DeviceType.CUDA, DeviceType.CUDA_MANAGED},
-    DeviceType.ROCM_PINNED: {DeviceType.CPU, DeviceType.ROCM_PINNED, DeviceType.ROCM},
-}
-
-
-def can_access(device, memory_device) -> bool:
-    """Whether code running on ``device`` can use memory that lives on
-    ``memory_device`` in place, without a copy.
-
-    The table (docs/semantics.md): CPU reads CPU, CPU_PINNED, CUDA_MANAGED and
-    ROCM_PINNED memory in place; CUDA:k reads CUDA:k, CUDA_MANAGED and
-    CPU_PINNED memory; any device reads its own memory (same type and id).
-    """
-    dev = as_device(device)
-    mem = as_device(memory_device)
-    if dev == mem:
-        return True
-    allowed = _IN_PLACE.get(mem.type)
-    return allowed is not None and dev.type in allowed

@@ -214,7 +214,8 @@ def _numpy_dtype(obj) -> DType | None:
     import sys
 
     np = sys.modules.get("numpy")
-    if np is None:
+    # numpy.dtype(None) is float64: None must not mean a dtype only when NumPy is loaded.
+    if np is None or obj is None:
         return None
     try:
         npdt = np.dtype(obj)

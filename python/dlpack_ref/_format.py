@@ -77,8 +77,10 @@ def _encode_plan(name: str):
 def encode_minifloat(name: str, value: float) -> int:
     """Round-to-nearest-even encoding of ``value``; overflow goes to inf
     where the type has one, else NaN, else saturates (float6/float4)."""
-    finite, nan_code, pos_inf, neg_inf, neg_zero = _encode_plan(name)
     value = float(value)
+    if name == "float8_e8m0fnu":
+        return _e8m0_encode(value)
+    finite, nan_code, pos_inf, neg_inf, neg_zero = _encode_plan(name)
     if math.isnan(value):
         if nan_code is None:
             raise ValueError(f"{name} has no NaN")
@@ -102,6 +104,22 @@ def encode_minifloat(name: str, value: float) -> int:
     if best[0] == 0 and math.copysign(1, value) < 0 and neg_zero is not None:
         return neg_zero
     return best[1]
+
+
+def _e8m0_encode(value: float) -> int:
+    """float8_e8m0fnu the way PyTorch, JAX and ml_dtypes round it: from the
+    float32 bits, round to nearest with ties to even where the implied
+    mantissa bit (1 for normal float32, 0 for subnormal) is the LSB, so
+    normal ties go up. Zero, negatives, inf and NaN give NaN (0xFF)."""
+    if not value > 0 or math.isinf(value):
+        return 0xFF
+    bits = struct.unpack("<I", struct.pack("<f", value))[0] if value <= 3.4028234663852886e38 else 0x7F800000
+    exponent = (bits >> 23) & 0xFF
+    guard = bits & 0x400000
+    rest = bits & 0x3FFFFF
+    if guard and (rest or exponent > 0):
+        exponent += 1
+    return min(exponent, 0xFF)
 
 
 def _bf16_encode(value: float) -> int:
