@@ -321,7 +321,9 @@ cdef class Array:
         if stream is not None:
             _check_stream(self, stream)
         if dl_device is None and copy is not True:
-            if stream is not None and _cuda_family(self._device.device_type):
+            # stream=None is the legacy default stream: nothing to order
+            # unless this array's work is on another stream.
+            if _cuda_family(self._device.device_type) and (stream is not None or self._stream > 1):
                 _cuda().export_sync(self, stream)
         else:
             target = self._device if dl_device is None else _parse_device(dl_device)
@@ -332,8 +334,13 @@ cdef class Array:
                         f"{_device_object(target)}: a copy is needed")
                 src = _copy_to(self, target, stream)
                 flags |= FLAG_IS_COPIED
-            elif stream is not None and _cuda_family(self._device.device_type):
-                _cuda().export_sync(self, stream)
+            elif _cuda_family(self._device.device_type):
+                if target.device_type == kDLCPU and stream is None:
+                    # Pinned or managed memory read in place by the host: the
+                    # data must be readable on return (a stream sync).
+                    _cuda().synchronize_for_host(self)
+                elif stream is not None or self._stream > 1:
+                    _cuda().export_sync(self, stream)
         if versioned:
             return _export_versioned(src, flags | (src._flags & (FLAG_READ_ONLY | FLAG_SUBBYTE_PADDED)))
         if src._flags & FLAG_READ_ONLY:
@@ -418,8 +425,15 @@ cdef class Array:
         return _copy_to(self, self._device, None)
 
     def to_device(self, device, /, *, stream=None):
-        """This array on ``device``: ``self`` when already there, else a copy
-        ordered on ``stream`` (CUDA; None means the legacy default stream)."""
+        """This array on ``device``: ``self`` when already there, else a copy.
+
+        ``stream`` (CUDA, as in ``__dlpack__``: None or 1 = legacy default,
+        2 = per-thread default, a CUstream handle > 2, -1, or an object with
+        ``__cuda_stream__``; a stream of the source's device, or of the
+        target's for a copy from the host): the copy is enqueued on it after
+        the work pending on this array. A copy to the CPU with ``stream``
+        None is complete on return; with a stream it is not (synchronize the
+        stream before reading). See docs/cuda.md."""
         cdef DLDevice target = _parse_device(device)
         if target.device_type == self._device.device_type and (
                 target.device_id == self._device.device_id or target.device_type == kDLCPU):
@@ -650,7 +664,6 @@ cdef Array _empty(tuple shape, DLDataType dt, DLDevice device, bint padded_subby
         owner = _cuda().allocate(_device_object(device), nbytes)
         a._base = owner
         a._data = <char*><uintptr_t>owner.ptr
-        a._stream = <uintptr_t>_cuda().allocation_stream(owner)
     else:
         raise BufferError(
             f"dlpack-ref cannot allocate memory on {_device_object(device)}; supported: cpu, cuda, "
@@ -661,7 +674,16 @@ cdef Array _empty(tuple shape, DLDataType dt, DLDevice device, bint padded_subby
 cdef Array _copy_to(Array src, DLDevice target, object stream):
     """A C-contiguous copy of src on target; device transfers go through
     dlpack_ref.cuda, ordered on `stream`."""
-    cdef Array dst = _empty(src.shape, src._dtype, target, (src._flags & FLAG_SUBBYTE_PADDED) != 0)
+    cdef DLDevice memory = target
+    if target.device_type == kDLCPU and src._device.device_type != kDLCPU and stream is not None \
+            and not (type(stream) is int and stream == -1):
+        # A copy to the host that must not block needs page-locked memory (a
+        # copy into pageable memory returns only when done); it is still
+        # host memory, so the Array says CPU.
+        memory.device_type = kDLCUDAHost
+        memory.device_id = 0
+    cdef Array dst = _empty(src.shape, src._dtype, memory, (src._flags & FLAG_SUBBYTE_PADDED) != 0)
+    dst._device = target
     if src._device.device_type == kDLCPU and target.device_type == kDLCPU:
         _host_copy(dst, src)
     else:
@@ -697,7 +719,7 @@ cdef int _assign(Array dst, Array src) except -1:
             and dst._device.device_type == kDLCPU and b._device.device_type == kDLCPU:
         _host_copy(dst, b)
     else:
-        _cuda().copy_array(dst, b, None)
+        _cuda().copy_array(dst, b, None, dst_is_new=False)
     return 0
 
 

@@ -80,7 +80,9 @@ cdef int _api_current_work_stream(DLDeviceType device_type, int32_t device_id,
                                   void** out_current_stream) except -1:
     out_current_stream[0] = NULL
     if _cuda_family(device_type) and _stream_contexts:
-        out_current_stream[0] = <void*><uintptr_t>_cuda().current_stream_handle(device_id)
+        handle = _cuda().current_stream_handle(device_id)
+        if handle is not None:
+            out_current_stream[0] = <void*><uintptr_t>handle
     return 0
 
 

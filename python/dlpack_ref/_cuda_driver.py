@@ -1,0 +1,246 @@
+"""The CUDA driver as dlpack-ref uses it: loading cuda-python's
+``cuda.bindings.driver`` on first use, errors that name what is missing, and
+the context policy.
+
+Context policy: every device is used through its *primary context* (the one
+the CUDA runtime, CuPy, PyTorch and JAX use), retained once per device the
+first time dlpack-ref needs it and never released (memory handed to other
+libraries may outlive any scope). Each operation makes that context current
+only for its own duration (push/pop), so the calling thread's current
+context, and with it the runtime's current device, is unchanged afterwards.
+"""
+
+from __future__ import annotations
+
+import threading
+
+LEGACY_STREAM = 1        # CU_STREAM_LEGACY
+PER_THREAD_STREAM = 2    # CU_STREAM_PER_THREAD
+
+# cuInit results that mean "the driver is there, but no usable device".
+_NO_DEVICE_RESULTS = {"CUDA_ERROR_NO_DEVICE", "CUDA_ERROR_INVALID_DEVICE"}
+
+
+class CUDAUnavailableError(BufferError, RuntimeError):
+    """CUDA was asked for but cannot be used. The message names what is
+    missing: cuda-python, the NVIDIA driver, or a CUDA device. A BufferError
+    (DLPack's error for data it cannot move) and a RuntimeError."""
+
+
+class CUDAError(RuntimeError):
+    """A CUDA driver call failed; the message names the call and the result."""
+
+
+def _result_name(result) -> str:
+    return getattr(result, "name", None) or f"CUresult {int(result)}"
+
+
+def check(out, call: str):
+    """Unpack a cuda-python result tuple ``(CUresult, *values)``; raise
+    CUDAError naming ``call`` when the result is not CUDA_SUCCESS."""
+    if out[0]:
+        raise CUDAError(f"{call} failed: {_result_name(out[0])}")
+    if len(out) == 2:
+        return out[1]
+    return out[1:] or None
+
+
+class Runtime:
+    """The loaded driver module and the per-device primary contexts.
+
+    Tests replace the module-level instance with one built around a
+    recording stand-in of ``cuda.bindings.driver``.
+    """
+
+    def __init__(self, driver, device_count: int):
+        self.driver = driver
+        self.device_count = device_count
+        self._contexts: dict[int, object] = {}      # device id -> CUcontext
+        self._context_ints: dict[int, int] = {}     # device id -> int(CUcontext)
+        self._device_of_context: dict[int, int] = {}  # int(CUcontext) -> device id
+        self._lock = threading.Lock()
+        self._tls = threading.local()
+
+    # --- contexts ---------------------------------------------------------
+
+    def context(self, device_id: int):
+        """The retained primary context of ``device_id`` (retained on first use)."""
+        ctx = self._contexts.get(device_id)
+        if ctx is not None:
+            return ctx
+        if not 0 <= device_id < self.device_count:
+            raise CUDAUnavailableError(
+                f"CUDA device {device_id} does not exist: this machine has {self.device_count} "
+                f"CUDA device{'s' if self.device_count != 1 else ''} (ids 0 to {self.device_count - 1})")
+        d = self.driver
+        with self._lock:
+            ctx = self._contexts.get(device_id)
+            if ctx is None:
+                dev = check(d.cuDeviceGet(device_id), "cuDeviceGet")
+                ctx = check(d.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain")
+                self._context_ints[device_id] = int(ctx)
+                self._device_of_context[int(ctx)] = device_id
+                self._contexts[device_id] = ctx
+        return ctx
+
+    def enter(self, device_id: int) -> bool:
+        """Make ``device_id``'s primary context current; True when it was
+        pushed (and ``leave`` must pop it)."""
+        ctx = self.context(device_id)
+        d = self.driver
+        current = check(d.cuCtxGetCurrent(), "cuCtxGetCurrent")
+        if current is not None and int(current) == self._context_ints[device_id]:
+            return False
+        check(d.cuCtxPushCurrent(ctx), "cuCtxPushCurrent")
+        return True
+
+    def leave(self, pushed: bool) -> None:
+        if pushed:
+            check(self.driver.cuCtxPopCurrent(), "cuCtxPopCurrent")
+
+    def current_device(self) -> int:
+        """The device of the calling thread's current context; 0 when none
+        is current (what the CUDA runtime calls the current device)."""
+        current = check(self.driver.cuCtxGetCurrent(), "cuCtxGetCurrent")
+        if current is None or int(current) == 0:
+            return 0
+        return self.device_of_context(current)
+
+    def device_of_context(self, ctx) -> int:
+        key = int(ctx)
+        dev = self._device_of_context.get(key)
+        if dev is not None:
+            return dev
+        d = self.driver
+        check(d.cuCtxPushCurrent(ctx), "cuCtxPushCurrent")
+        try:
+            dev = int(check(d.cuCtxGetDevice(), "cuCtxGetDevice"))
+        finally:
+            check(d.cuCtxPopCurrent(), "cuCtxPopCurrent")
+        # Only primary contexts are remembered: their handles never die,
+        # while another context's handle may be reused after it is destroyed.
+        self.context(dev)
+        if self._context_ints[dev] == key:
+            self._device_of_context[key] = dev
+        return dev
+
+    def stream_device(self, handle: int, default_device: int) -> int:
+        """The device a stream belongs to: its context's device for a
+        CUstream handle (> 2); ``default_device`` for the legacy and
+        per-thread default streams, which name a stream of whichever
+        context is current."""
+        if handle <= PER_THREAD_STREAM:
+            return default_device
+        ctx = check(self.driver.cuStreamGetCtx(handle), "cuStreamGetCtx")
+        return self.device_of_context(ctx)
+
+    # --- events ---------------------------------------------------------
+
+    def event_for(self, device_id: int, producer: int):
+        """A reusable event (timing disabled) in the context of stream
+        ``producer``; one per thread and context. Reuse is safe: a
+        cuStreamWaitEvent waits for the record made before it, whatever is
+        recorded on the event later."""
+        events = getattr(self._tls, "events", None)
+        if events is None:
+            events = self._tls.events = {}
+        d = self.driver
+        if producer <= PER_THREAD_STREAM:
+            ctx = self.context(device_id)
+        else:
+            ctx = check(d.cuStreamGetCtx(producer), "cuStreamGetCtx")
+        key = int(ctx)
+        ev = events.get(key)
+        if ev is None:
+            check(d.cuCtxPushCurrent(ctx), "cuCtxPushCurrent")
+            try:
+                ev = check(d.cuEventCreate(int(d.CUevent_flags.CU_EVENT_DISABLE_TIMING)), "cuEventCreate")
+            finally:
+                check(d.cuCtxPopCurrent(), "cuCtxPopCurrent")
+            events[key] = ev
+        return ev
+
+    def order(self, waiter: int, waiter_device: int, producer: int, producer_device: int) -> None:
+        """Make stream ``waiter`` wait for the work enqueued so far on stream
+        ``producer``: an event recorded on the producer, waited on by the
+        waiter. Never a host or device-wide synchronization. Default-stream
+        handles (1, 2) are resolved on the device given with them."""
+        if waiter == producer and (waiter > PER_THREAD_STREAM or waiter_device == producer_device):
+            return
+        d = self.driver
+        pushed = self.enter(producer_device)
+        try:
+            ev = self.event_for(producer_device, producer)
+            check(d.cuEventRecord(ev, producer), "cuEventRecord")
+            if waiter_device == producer_device or waiter > PER_THREAD_STREAM:
+                check(d.cuStreamWaitEvent(waiter, ev, 0), "cuStreamWaitEvent")
+                return
+        finally:
+            self.leave(pushed)
+        pushed = self.enter(waiter_device)
+        try:
+            check(d.cuStreamWaitEvent(waiter, ev, 0), "cuStreamWaitEvent")
+        finally:
+            self.leave(pushed)
+
+    def synchronize(self, handle: int, device_id: int) -> None:
+        """Block the host until stream ``handle`` (of ``device_id`` when it
+        is a default-stream handle) has finished: a stream, not a device, sync."""
+        pushed = self.enter(device_id)
+        try:
+            check(self.driver.cuStreamSynchronize(handle), "cuStreamSynchronize")
+        finally:
+            self.leave(pushed)
+
+
+_runtime: Runtime | None = None
+_failure: str | None = None
+_load_lock = threading.Lock()
+
+
+def runtime() -> Runtime:
+    """The loaded Runtime, or CUDAUnavailableError naming what is missing."""
+    rt = _runtime
+    if rt is not None:
+        return rt
+    return _load()
+
+
+def _load() -> Runtime:
+    global _runtime, _failure
+    with _load_lock:
+        if _runtime is not None:
+            return _runtime
+        if _failure is None:
+            try:
+                _runtime = Runtime(*_open_driver())
+                return _runtime
+            except CUDAUnavailableError as exc:
+                _failure = str(exc)
+        raise CUDAUnavailableError(_failure)
+
+
+def _open_driver():
+    """(driver module, device count), or CUDAUnavailableError saying which
+    of cuda-python, the driver or a device is missing."""
+    try:
+        from cuda.bindings import driver
+    except ImportError as exc:
+        raise CUDAUnavailableError(
+            "CUDA needs cuda-python, which is not installed (pip install 'dlpack-ref[cuda]', "
+            f"which installs cuda-bindings): {exc}") from None
+    try:
+        out = driver.cuInit(0)
+    except Exception as exc:  # cuda.pathfinder's DynamicLibNotFoundError when libcuda is absent
+        raise CUDAUnavailableError(
+            f"CUDA needs the NVIDIA driver (libcuda), which cuda-python could not load: {exc}") from None
+    if out[0]:
+        name = _result_name(out[0])
+        if name in _NO_DEVICE_RESULTS:
+            raise CUDAUnavailableError(
+                f"CUDA needs a CUDA device: the NVIDIA driver is loaded but found none (cuInit: {name})")
+        raise CUDAUnavailableError(f"CUDA needs a working NVIDIA driver: cuInit failed with {name}")
+    count = check(driver.cuDeviceGetCount(), "cuDeviceGetCount")
+    if count < 1:
+        raise CUDAUnavailableError("CUDA needs a CUDA device: the NVIDIA driver is loaded but reports none")
+    return driver, int(count)
