@@ -1,0 +1,341 @@
+"""How each known library makes arrays, reads values and imports DLPack:
+the adapters the CLI and the exchange matrix use. Each builds a
+:class:`Producer` and a :class:`Consumer` for one library; ``library(name)``
+imports it on first use."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import importlib
+import importlib.metadata
+import math
+from typing import Callable
+
+from ._result import NotSupported
+from .consumer import Consumer
+from .producer import Producer
+
+#: CLI name -> import name, in the order reports list them.
+KNOWN = {
+    "dlpack_ref": "dlpack_ref",
+    "numpy": "numpy",
+    "torch": "torch",
+    "jax": "jax",
+    "cupy": "cupy",
+    "array_api_strict": "array_api_strict",
+    "tvm_ffi": "tvm_ffi",
+    "cuda.core": "cuda.core",
+}
+_DISTRIBUTIONS = {"tvm_ffi": "apache-tvm-ffi", "cuda.core": "cuda-core", "dlpack_ref": "dlpack-ref",
+                  "array_api_strict": "array-api-strict"}
+
+
+@dataclasses.dataclass
+class Library:
+    name: str
+    version: str
+    producer: Producer | None
+    consumer: Consumer | None
+
+
+def installed() -> list[str]:
+    """Known libraries that can be imported here (found without importing them)."""
+    import importlib.util
+    found = []
+    for name, module in KNOWN.items():
+        try:
+            if importlib.util.find_spec(module) is not None:
+                found.append(name)
+        except (ImportError, ValueError):
+            pass
+    return found
+
+
+def version_of(name: str) -> str:
+    try:
+        return importlib.metadata.version(_DISTRIBUTIONS.get(name, name))
+    except importlib.metadata.PackageNotFoundError:
+        module = importlib.import_module(KNOWN.get(name, name))
+        return str(getattr(module, "__version__", "?"))
+
+
+@functools.lru_cache(maxsize=None)
+def library(name: str) -> Library:
+    if name not in _BUILDERS:
+        raise LookupError(f"no adapter for {name!r}; known: {', '.join(KNOWN)}")
+    producer, consumer = _BUILDERS[name]()
+    return Library(name, version_of(name), producer, consumer)
+
+
+def _arange_values(n: int, dtype: str) -> list:
+    if dtype == "bool":
+        return [bool(i % 2) for i in range(n)]
+    if dtype.startswith(("float4", "float6")):
+        return [float(i % 4) / 2 for i in range(n)]
+    if dtype.startswith("float8_e8m0"):
+        return [float(2 ** (i % 4)) for i in range(n)]
+    if dtype.startswith("complex"):
+        return [complex(i, -i) for i in range(n)]
+    return list(range(n))
+
+
+def _nested(flat: list, shape: tuple):
+    if not shape:
+        return flat[0]
+    step = len(flat) // shape[0]
+    return [_nested(flat[i * step:(i + 1) * step], shape[1:]) for i in range(shape[0])]
+
+
+def _numpy_dtype(dtype: str):
+    import numpy as np
+    if dtype in ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+                 "float16", "float32", "float64", "complex64", "complex128"):
+        return np.dtype(dtype)
+    import ml_dtypes
+    if not hasattr(ml_dtypes, dtype):
+        raise NotSupported(f"neither NumPy nor ml_dtypes has {dtype}")
+    return np.dtype(getattr(ml_dtypes, dtype))
+
+
+def _numpy_array(dtype: str, shape: tuple, readonly: bool = False):
+    import numpy as np
+    n = math.prod(shape)
+    a = np.array(_arange_values(n, dtype)).astype(_numpy_dtype(dtype)).reshape(shape)
+    if readonly:
+        a.flags.writeable = False
+    return a
+
+
+# --- dlpack_ref ----------------------------------------------------------------
+
+def _dlpack_ref():
+    import dlpack_ref as dr
+
+    def factory(dtype, shape, readonly=False):
+        n = math.prod(shape)
+        if n == 0:
+            a = dr.zeros(shape, dtype=dtype)
+        else:
+            a = dr.asarray(_nested(_arange_values(n, dtype), shape), dtype=dtype)
+        if readonly:
+            fmt = {"float64": "d", "float32": "f", "int64": "q", "int32": "i"}.get(dtype)
+            if fmt is None:
+                raise NotSupported(f"read-only dlpack_ref arrays of {dtype} are not made here")
+            a = dr.asarray(memoryview(a._host_bytes()).cast(fmt, shape))
+        return a
+
+    def views():
+        x = dr.asarray([0.0, 1.0, 2.0, 3.0, 4.0, 5.0])
+        m = dr.asarray([[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]])
+        return {"offset x[1:]": x[1:], "reversed x[::-1]": x[::-1], "strided x[::2]": x[::2],
+                "transposed m.T": m.T}
+
+    producer = Producer("dlpack_ref", factory, views=views, unexportable=lambda: {})
+    consumer = Consumer("dlpack_ref", dr.from_dlpack, data_ptr=lambda r: r.data_ptr,
+                        readonly=lambda r: r.readonly, cpu_device="cpu", spec="dlpack_ref")
+    return producer, consumer
+
+
+# --- NumPy -------------------------------------------------------------------------
+
+def _numpy():
+    import numpy as np
+
+    def views():
+        x = np.arange(6.0)
+        z = np.array([1 + 2j, 3 - 4j, -5 + 6j])
+        return {"offset x[1:]": x[1:], "reversed x[::-1]": x[::-1], "strided x[::2]": x[::2],
+                "transposed m.T": x.reshape(2, 3).T, "imaginary part z.imag": z.imag,
+                "real part z.real": z.real}
+
+    def unexportable():
+        return {"big-endian int32": np.arange(3, dtype=">i4"),
+                "datetime64": np.array([1], dtype="M8[s]"),
+                "object": np.array([None, 1], dtype=object)}
+
+    producer = Producer("numpy", _numpy_array, views=views, scalar=lambda: np.float64(1.5),
+                        unexportable=unexportable)
+    consumer = Consumer("numpy", np.from_dlpack, data_ptr=lambda r: r.__array_interface__["data"][0],
+                        readonly=lambda r: not r.flags.writeable, cpu_device="cpu", spec="numpy")
+    return producer, consumer
+
+
+# --- PyTorch -----------------------------------------------------------------------
+
+def _torch_dtype(dtype: str):
+    import torch
+    t = getattr(torch, dtype, None)
+    if not isinstance(t, torch.dtype):
+        raise NotSupported(f"torch has no {dtype}")
+    return t
+
+
+def _torch():
+    import torch
+
+    def factory(dtype, shape, readonly=False):
+        if readonly:
+            raise NotSupported("torch has no read-only tensors")
+        t = _torch_dtype(dtype)
+        n = math.prod(shape)
+        if dtype == "float4_e2m1fn_x2":
+            return torch.zeros(shape, dtype=torch.uint8).view(t)
+        if dtype.startswith("float8"):
+            return torch.tensor(_arange_values(n, dtype), dtype=torch.float32).to(t).reshape(shape)
+        return torch.tensor(_arange_values(n, dtype)).to(t).reshape(shape)
+
+    def tolist(x):
+        return x.resolve_conj().resolve_neg().tolist()
+
+    def views():
+        x = torch.arange(6.0, dtype=torch.float64)
+        z = torch.tensor([1 + 2j, 3 - 4j, -5 + 6j])
+        return {"negated torch._neg_view(x)": torch._neg_view(x), "conjugated z.conj()": z.conj(),
+                "conjugated, resolved z.conj().resolve_conj()": z.conj().resolve_conj(),
+                "offset x[1:]": x[1:], "strided x[::2]": x[::2], "transposed m.T": x.reshape(2, 3).T,
+                "imaginary part z.imag": z.imag}
+
+    def unexportable():
+        return {"meta tensor": torch.empty(3, device="meta"),
+                "sparse COO tensor": torch.eye(2).to_sparse()}
+
+    producer = Producer("torch", factory, tolist=tolist, views=views, unexportable=unexportable)
+    consumer = Consumer("torch", torch.from_dlpack, tolist=tolist, data_ptr=lambda r: r.data_ptr(),
+                        readonly=lambda r: False, cpu_device=torch.device("cpu"), spec="torch")
+    return producer, consumer
+
+
+# --- JAX ------------------------------------------------------------------------------
+
+def _jax():
+    import jax
+    # float64 and complex128 arrays need x64 mode; without it JAX silently
+    # makes float32 / complex64 ones. (This sets JAX's global config.)
+    jax.config.update("jax_enable_x64", True)
+    import jax.numpy as jnp
+    import numpy as np
+
+    def factory(dtype, shape, readonly=False):
+        # JAX arrays are immutable: every one is read-only data.
+        return jnp.asarray(_numpy_array(dtype, shape))
+
+    def tolist(x):
+        return np.asarray(x).tolist()
+
+    def views():
+        x = jnp.arange(6.0)
+        return {"offset x[1:] (a copy in JAX)": x[1:], "reversed x[::-1] (a copy in JAX)": x[::-1],
+                "transposed m.T (a copy in JAX)": x.reshape(2, 3).T}
+
+    def unexportable():
+        return {"int4 array": jnp.arange(4, dtype=jnp.int4)}
+
+    def data_ptr(r):
+        return r.unsafe_buffer_pointer()
+
+    producer = Producer("jax", factory, tolist=tolist, views=views, unexportable=unexportable)
+    consumer = Consumer("jax", jnp.from_dlpack, tolist=tolist, data_ptr=data_ptr, readonly=lambda r: True,
+                        cpu_device=jax.devices("cpu")[0], spec="jax")
+    return producer, consumer
+
+
+# --- CuPy (GPU arrays; a CPU-only machine has none to make) ------------------------------
+
+def _cupy():
+    import cupy as cp
+
+    def factory(dtype, shape, readonly=False):
+        if readonly:
+            raise NotSupported("cupy has no read-only arrays")
+        return cp.asarray(_numpy_array(dtype, shape))
+
+    producer = Producer("cupy", factory, tolist=lambda x: x.get().tolist())
+    consumer = Consumer("cupy", cp.from_dlpack, tolist=lambda r: r.get().tolist(),
+                        data_ptr=lambda r: r.data.ptr, readonly=lambda r: False, spec="cupy")
+    return producer, consumer
+
+
+# --- array-api-strict ----------------------------------------------------------------------
+
+def _array_api_strict():
+    import array_api_strict as xp
+    import numpy as np
+
+    def factory(dtype, shape, readonly=False):
+        if not hasattr(xp, dtype):
+            raise NotSupported(f"array-api-strict has no {dtype}")
+        a = xp.asarray(_numpy_array(dtype, shape))
+        if readonly:
+            a._array.flags.writeable = False  # array-api-strict wraps a NumPy array
+        return a
+
+    def tolist(x):
+        return np.asarray(x._array).tolist()
+
+    def views():
+        x = xp.arange(6.0)
+        return {"offset x[1:]": x[1:], "strided x[::2]": x[::2],
+                "transposed m.T": xp.reshape(x, (2, 3)).T}
+
+    producer = Producer("array_api_strict", factory, tolist=tolist, views=views)
+    consumer = Consumer("array_api_strict", xp.from_dlpack, tolist=tolist,
+                        data_ptr=lambda r: r._array.__array_interface__["data"][0],
+                        readonly=lambda r: not r._array.flags.writeable, cpu_device=xp.Device("CPU_DEVICE"),
+                        spec="array_api_strict")
+    return producer, consumer
+
+
+# --- tvm-ffi --------------------------------------------------------------------------------
+
+def _tvm_ffi():
+    import numpy as np
+    import tvm_ffi
+
+    def factory(dtype, shape, readonly=False):
+        if readonly:
+            raise NotSupported("tvm_ffi.Tensor has no read-only tensors")
+        return tvm_ffi.from_dlpack(_numpy_array(dtype, shape))
+
+    def tolist(x):
+        return np.from_dlpack(x).tolist()
+
+    def data_ptr(r):
+        return r.data_ptr if isinstance(r.data_ptr, int) else r.data_ptr()
+
+    producer = Producer("tvm_ffi", factory, tolist=tolist, views=lambda: {})
+    consumer = Consumer("tvm_ffi", tvm_ffi.from_dlpack, tolist=tolist, spec="tvm_ffi")
+    return producer, consumer
+
+
+# --- cuda.core --------------------------------------------------------------------------------
+
+def cuda_core_from_dlpack(x, **kwargs):
+    """cuda.core's DLPack import: StridedMemoryView.from_dlpack, without
+    stream ordering (stream_ptr=-1; no stream exists for CPU data)."""
+    from cuda.core.utils import StridedMemoryView
+    if kwargs:
+        raise TypeError(f"StridedMemoryView.from_dlpack has no keyword argument {next(iter(kwargs))!r}")
+    return StridedMemoryView.from_dlpack(x, stream_ptr=-1)
+
+
+def _cuda_core():
+    import numpy as np
+
+    def factory(dtype, shape, readonly=False):
+        a = _numpy_array(dtype, shape, readonly)
+        return cuda_core_from_dlpack(a)
+
+    def tolist(v):
+        return np.from_dlpack(v).tolist()
+
+    producer = Producer("cuda.core", factory, tolist=tolist, views=lambda: {})
+    consumer = Consumer("cuda.core", cuda_core_from_dlpack, tolist=tolist, data_ptr=lambda r: r.ptr,
+                        readonly=lambda r: bool(r.readonly), spec="cuda.core")
+    return producer, consumer
+
+
+_BUILDERS: dict[str, Callable] = {
+    "dlpack_ref": _dlpack_ref, "numpy": _numpy, "torch": _torch, "jax": _jax, "cupy": _cupy,
+    "array_api_strict": _array_api_strict, "tvm_ffi": _tvm_ffi, "cuda.core": _cuda_core,
+}

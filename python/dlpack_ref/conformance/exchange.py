@@ -1,0 +1,47 @@
+"""The pairwise exchange matrix: each installed producer handed to each
+installed consumer's ``from_dlpack``."""
+
+from __future__ import annotations
+
+from ._result import exc_name, short
+from .producer import _ptr_of, _same
+
+
+def exchange_pair(producer: str, consumer: str) -> dict:
+    """One cell: does the exchange work, in place, with the right values?
+    Runs in a worker (an exchange may crash)."""
+    from .adapters import library
+    p, c = library(producer).producer, library(consumer).consumer
+    x = p.make("float32", (2, 3))
+    want_values = p.values(x)
+    want_ptr = _ptr_of(x)
+    try:
+        y = c.from_dlpack(x)
+    except Exception as e:
+        return {"works": False, "exc_type": exc_name(e), "exc_message": short(e)}
+    cell = {"works": True}
+    try:
+        cell["zero_copy"] = c.pointer(y) == want_ptr
+    except Exception as e:
+        cell["zero_copy"] = None
+        cell["note"] = f"pointer unreadable: {exc_name(e)}"
+    try:
+        cell["values_ok"] = _same(c.values(y), want_values)
+    except Exception as e:
+        cell["values_ok"] = None
+        cell["note"] = f"values unreadable: {exc_name(e)}: {short(e, 100)}"
+    return cell
+
+
+def cell_text(cell: dict) -> str:
+    if "crashed" in cell:
+        return "CRASH"
+    if "worker_error" in cell:
+        return "error"
+    if not cell.get("works"):
+        return f"refused ({cell.get('exc_type')})"
+    if cell.get("values_ok") is False:
+        return "WRONG VALUES"
+    if cell.get("zero_copy") is None:
+        return "ok (?)"
+    return "zero-copy" if cell["zero_copy"] else "copy"

@@ -1,0 +1,721 @@
+"""Producer checks: what any ``__dlpack__`` / ``__dlpack_device__`` must do.
+
+A producer is described by a :class:`Producer`: a factory of arrays and,
+optionally, the library's own reading of values, views, a scalar and objects
+that cannot be exported. Capsules are read with
+:func:`dlpack_ref.testing.read_capsule` and consumed with dlpack-ref, so the
+checks rely on nothing but DLPack itself.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import enum
+import gc
+import sys
+from typing import Any, Callable
+
+import dlpack_ref
+from dlpack_ref import testing as _t
+
+from ._result import CheckFailed, NotSupported, Result, Rule, exc_name, run_check, short
+
+V13 = (1, 3)
+READ_ONLY = _t.FLAG_READ_ONLY
+IS_COPIED = _t.FLAG_IS_COPIED
+# A device no CPU library can export to: kDLOpenCL.
+UNSUPPORTED_DEVICE = (4, 0)
+
+
+@dataclasses.dataclass
+class Producer:
+    """What the producer checks need to know about a library.
+
+    ``factory(dtype, shape, readonly=False)`` returns an array of the dtype
+    named as in ``dlpack_ref.DTYPES`` (``"float32"``, ``"bfloat16"``,
+    ``"float8_e4m3fn"``, ...) holding ``arange(size)`` (or any values), and
+    raises (any exception, ideally :class:`NotSupported`) for a dtype or a
+    read-only array the library does not have. ``tolist(x)``: the library's
+    own reading of the values (default ``x.tolist()``). ``views()``: named
+    views whose exported values must equal the library's own (e.g. negated,
+    conjugated, offset). ``scalar()``: a scalar of the library, or None when
+    it has no scalar type. ``unexportable()``: named objects that cannot be
+    exported (export must raise BufferError).
+    """
+
+    name: str
+    factory: Callable[..., Any]
+    tolist: Callable[[Any], Any] | None = None
+    views: Callable[[], dict] | None = None
+    scalar: Callable[[], Any] | None = None
+    unexportable: Callable[[], dict] | None = None
+
+    def make(self, dtype: str, shape: tuple, readonly: bool = False):
+        try:
+            return self.factory(dtype, shape, readonly) if readonly else self.factory(dtype, shape)
+        except NotSupported:
+            raise
+        except Exception as e:
+            what = f"read-only {dtype}" if readonly else dtype
+            raise NotSupported(f"{self.name} cannot make a {what} array of shape {shape}", e) from e
+
+    def values(self, x):
+        if self.tolist is not None:
+            return self.tolist(x)
+        return x.tolist()
+
+
+CHECKS: list[tuple[Rule, Callable[[Producer], str]]] = []
+RULES: dict[str, Rule] = {}
+
+
+def _check(rule_id: str, text: str, source: str, where: str = ""):
+    def register(fn):
+        rule = Rule(rule_id, text, source, where)
+        CHECKS.append((rule, fn))
+        RULES[rule_id] = rule
+        return fn
+    return register
+
+
+# --- helpers -------------------------------------------------------------------
+
+def _export(x, **kwargs):
+    return x.__dlpack__(**kwargs)
+
+
+def _export_any(x):
+    """A capsule of x, versioned when the producer has it."""
+    try:
+        return x.__dlpack__(max_version=V13)
+    except TypeError:
+        return x.__dlpack__()
+
+
+def _first_element(info: dict) -> int:
+    return info["data"] + info["byte_offset"]
+
+
+def _dr_values(capsule_or_array):
+    return dlpack_ref.from_dlpack(capsule_or_array).tolist()
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, (list, tuple)) or isinstance(b, (list, tuple)):
+        return False
+    try:
+        return a == b or (a != a and b != b)
+    except Exception:
+        return False
+
+
+def _must_succeed(what: str, fn):
+    try:
+        return fn()
+    except Exception as e:
+        raise CheckFailed(f"{what} raised", e) from e
+
+
+def _refused_with_buffererror(what: str, fn) -> str:
+    try:
+        capsule = fn()
+    except BufferError as e:
+        return f"{what}: BufferError ({short(e, 120)})"
+    except Exception as e:
+        raise CheckFailed(f"{what} raised {exc_name(e)}, not BufferError", e) from e
+    del capsule
+    raise CheckFailed(f"{what} was accepted; it must raise BufferError")
+
+
+def _ptr_of(x) -> int:
+    return _first_element(_t.read_capsule(_export_any(x)))
+
+
+# --- versions and capsule layout ------------------------------------------------
+
+@_check("producer.legacy_without_max_version",
+        "__dlpack__() without max_version returns a legacy capsule named 'dltensor'",
+        "array-api", "array.__dlpack__, max_version")
+def _legacy_without_max_version(p: Producer) -> str:
+    x = p.make("float32", (2, 3))
+    cap = _must_succeed("__dlpack__()", lambda: _export(x))
+    name = _t.capsule_name(cap)
+    if name != _t.NAME_LEGACY:
+        raise CheckFailed(f"capsule named {name!r}, expected b'dltensor'")
+    return "capsule 'dltensor'"
+
+
+@_check("producer.versioned_capsule",
+        "__dlpack__(max_version=(1, m)) returns a 'dltensor_versioned' capsule with version.major 1 "
+        "(a producer may answer with another version; a legacy answer means DLPack 1.x is not implemented)",
+        "python", "Python spec, __dlpack__ max_version; header: DLManagedTensorVersioned")
+def _versioned_capsule(p: Producer) -> str:
+    x = p.make("float32", (2, 3))
+    seen = []
+    legacy = []
+    for mv in ((1, 0), (1, 3)):
+        cap = _must_succeed(f"__dlpack__(max_version={mv})", lambda: _export(x, max_version=mv))
+        info = _t.read_capsule(cap)
+        if info["name"] == _t.NAME_LEGACY:
+            legacy.append(mv)
+            continue
+        if info["name"] != _t.NAME_VERSIONED:
+            raise CheckFailed(f"max_version={mv}: capsule named {info['name']!r}")
+        if info["version"][0] != 1:
+            raise CheckFailed(f"max_version={mv}: stamped version {info['version']}, major must be 1")
+        seen.append(f"{mv} -> stamped {info['version']}")
+    if legacy:
+        raise NotSupported(f"returns legacy 'dltensor' capsules for max_version={legacy}: versioned "
+                           "capsules (DLPack >= 1.0, with flags) are not implemented")
+    return "; ".join(seen)
+
+
+@_check("producer.newer_major_requested",
+        "__dlpack__(max_version=(2, 0)) still returns a capsule the producer supports (major 1 or legacy), "
+        "never an error: the consumer checks the version it gets",
+        "array-api", "array.__dlpack__, max_version")
+def _newer_major(p: Producer) -> str:
+    x = p.make("float32", (2, 3))
+    info = _t.read_capsule(_must_succeed("__dlpack__(max_version=(2, 0))",
+                                         lambda: _export(x, max_version=(2, 0))))
+    if info["versioned"] and info["version"][0] > 2:
+        raise CheckFailed(f"stamped {info['version']}, newer than asked")
+    return f"capsule {info['name'].decode()} version {info['version']}"
+
+
+@_check("producer.strides_not_null",
+        "strides are not NULL when ndim > 0 in capsules of version >= 1.2, and count elements",
+        "header", "DLTensor.strides (required non-NULL since DLPack 1.2)")
+def _strides_not_null(p: Producer) -> str:
+    x = p.make("float32", (2, 3))
+    info = _t.read_capsule(_export_any(x))
+    new = info["versioned"] and info["version"] >= (1, 2)
+    if info["strides"] is None:
+        if new:
+            raise CheckFailed(f"NULL strides in a version {info['version']} capsule")
+        return f"NULL strides, allowed in a {'legacy' if not info['versioned'] else info['version']} capsule"
+    if info["strides"] != (3, 1):
+        raise CheckFailed(f"strides {info['strides']} for a C-contiguous (2, 3) array; expected (3, 1) elements")
+    return f"strides {info['strides']} (capsule version {info['version'] or 'legacy'})"
+
+
+@_check("producer.zero_dim", "a 0-d array exports with ndim 0 and its value",
+        "array-api", "from_dlpack / __dlpack__ (any array, including 0-d)")
+def _zero_dim(p: Producer) -> str:
+    x = p.make("float64", ())
+    info = _t.read_capsule(_must_succeed("__dlpack__ of a 0-d array", lambda: _export_any(x)))
+    if info["ndim"] != 0:
+        raise CheckFailed(f"ndim {info['ndim']} for a 0-d array")
+    got, want = _dr_values(x), p.values(x)
+    if not _same(got, want):
+        raise CheckFailed(f"exported value {got!r}, the library reports {want!r}")
+    return f"ndim 0, value {got!r}"
+
+
+@_check("producer.size_zero", "a size-0 array (shape (0, 3)) exports with its shape",
+        "array-api", "from_dlpack / __dlpack__ (any array, including empty)")
+def _size_zero(p: Producer) -> str:
+    x = p.make("float32", (0, 3))
+    info = _t.read_capsule(_must_succeed("__dlpack__ of a (0, 3) array", lambda: _export_any(x)))
+    if info["shape"] != (0, 3):
+        raise CheckFailed(f"shape {info['shape']}, expected (0, 3)")
+    a = _must_succeed("dlpack_ref.from_dlpack of it", lambda: dlpack_ref.from_dlpack(x))
+    return f"shape {a.shape}, data {'NULL' if not info['data'] else 'non-NULL'}"
+
+
+# --- read-only data ---------------------------------------------------------------
+
+@_check("producer.read_only_flag", "read-only data is exported with DLPACK_FLAG_BITMASK_READ_ONLY",
+        "header", "DLPACK_FLAG_BITMASK_READ_ONLY; DLManagedTensorVersioned.flags")
+def _read_only_flag(p: Producer) -> str:
+    x = p.make("float64", (2, 3), readonly=True)
+    info = _t.read_capsule(_must_succeed("__dlpack__(max_version=(1, 3))", lambda: _export(x, max_version=V13)))
+    if not info["versioned"]:
+        raise NotSupported("only legacy capsules, which cannot carry READ_ONLY")
+    if not info["flags"] & READ_ONLY:
+        raise CheckFailed(f"flags={info['flags']:#x}: READ_ONLY not set for read-only data")
+    return f"flags={info['flags']:#x}"
+
+
+@_check("producer.read_only_legacy_refused",
+        "read-only data is not exported as a legacy capsule (which cannot say read-only): BufferError",
+        "python", "Python spec: legacy DLManagedTensor has no flags; DLPack 1.0 added READ_ONLY for this")
+def _read_only_legacy(p: Producer) -> str:
+    x = p.make("float64", (2, 3), readonly=True)
+    return _refused_with_buffererror("__dlpack__() of read-only data", lambda: _export(x))
+
+
+# --- copies and devices -----------------------------------------------------------
+
+def _nbytes(info: dict) -> int:
+    code, bits, lanes = info["dtype"]
+    n = 1
+    for extent in info["shape"] or ():
+        n *= extent
+    return (n * bits * lanes + 7) // 8
+
+
+def _source_bytes(x, n: int) -> bytes:
+    return ctypes.string_at(_ptr_of(x), n)
+
+
+@_check("producer.copy_true_copies",
+        "copy=True always copies: another data pointer, and writes to the copy leave the array unchanged",
+        "array-api", "array.__dlpack__, copy")
+def _copy_true(p: Producer) -> str:
+    x = p.make("float64", (2, 3))
+    base = _ptr_of(x)
+    n = _nbytes(_t.read_capsule(_export_any(x)))
+    before = _source_bytes(x, n)
+    try:
+        cap = x.__dlpack__(max_version=V13, copy=True)
+    except BufferError as e:
+        raise NotSupported("copy=True is refused with BufferError (the standard says it must copy)", e) from e
+    except TypeError as e:
+        raise NotSupported("copy keyword not accepted", e) from e
+    info = _t.read_capsule(cap)
+    ptr = _first_element(info)
+    if ptr == base:
+        raise CheckFailed(f"copy=True exported the same data pointer {ptr:#x}")
+    copied = dlpack_ref.from_dlpack(cap)
+    if ctypes.string_at(copied.data_ptr, n) != before:
+        raise CheckFailed("the copy's bytes differ from the array's when __dlpack__ returns")
+    ctypes.memset(copied.data_ptr, 0x5A, n)
+    if _source_bytes(x, n) != before:
+        raise CheckFailed("writing to the copy changed the array")
+    return f"pointer {ptr:#x} != {base:#x}; writes to the copy do not reach the array"
+
+
+@_check("producer.copy_true_flag", "a copy made for copy=True carries DLPACK_FLAG_BITMASK_IS_COPIED",
+        "header", "DLPACK_FLAG_BITMASK_IS_COPIED")
+def _copy_true_flag(p: Producer) -> str:
+    x = p.make("float64", (2, 3))
+    try:
+        cap = x.__dlpack__(max_version=V13, copy=True)
+    except (BufferError, TypeError) as e:
+        raise NotSupported("copy=True is not supported", e) from e
+    info = _t.read_capsule(cap)
+    if not info["versioned"]:
+        raise NotSupported("legacy capsule: no flags to set")
+    if not info["flags"] & IS_COPIED:
+        raise CheckFailed(f"flags={info['flags']:#x}: IS_COPIED not set on a copy")
+    return f"flags={info['flags']:#x}"
+
+
+@_check("producer.copy_false_no_copy",
+        "copy=False never copies: same data pointer as a plain export, IS_COPIED not set",
+        "array-api", "array.__dlpack__, copy")
+def _copy_false(p: Producer) -> str:
+    x = p.make("float64", (2, 3))
+    base = _ptr_of(x)
+    try:
+        cap = x.__dlpack__(max_version=V13, copy=False)
+    except TypeError as e:
+        raise NotSupported("copy keyword not accepted", e) from e
+    except Exception as e:
+        raise CheckFailed("copy=False raised for memory exportable in place", e) from e
+    info = _t.read_capsule(cap)
+    if _first_element(info) != base:
+        raise CheckFailed(f"copy=False exported {_first_element(info):#x}, the array is at {base:#x}")
+    if info["versioned"] and info["flags"] & IS_COPIED:
+        raise CheckFailed("IS_COPIED set with copy=False")
+    return f"same pointer {base:#x}"
+
+
+@_check("producer.dl_device_own",
+        "dl_device equal to __dlpack_device__() is accepted and exports in place",
+        "array-api", "array.__dlpack__, dl_device")
+def _dl_device_own(p: Producer) -> str:
+    x = p.make("float32", (2, 3))
+    dev = x.__dlpack_device__()
+    base = _ptr_of(x)
+    try:
+        cap = x.__dlpack__(max_version=V13, dl_device=dev)
+    except TypeError as e:
+        raise NotSupported("dl_device keyword not accepted", e) from e
+    except Exception as e:
+        raise CheckFailed(f"dl_device={tuple(int(v) for v in dev)} (its own device) raised", e) from e
+    info = _t.read_capsule(cap)
+    if info["device"] != (int(dev[0]), int(dev[1])):
+        raise CheckFailed(f"exported on {info['device']}, asked for {dev}")
+    if _first_element(info) != base:
+        raise CheckFailed("dl_device equal to the array's own device made a copy")
+    return f"dl_device={info['device']} in place"
+
+
+@_check("producer.dl_device_unsupported",
+        "a dl_device the producer cannot handle (kDLOpenCL) is refused with BufferError",
+        "array-api", "array.__dlpack__, dl_device: 'must raise BufferError'")
+def _dl_device_unsupported(p: Producer) -> str:
+    x = p.make("float32", (2, 3))
+    return _refused_with_buffererror(f"dl_device={UNSUPPORTED_DEVICE}",
+                                     lambda: x.__dlpack__(max_version=V13, dl_device=UNSUPPORTED_DEVICE))
+
+
+@_check("producer.stream_cpu", "for CPU data only stream=None is accepted (stream=1 and -1 are refused)",
+        "array-api", "array.__dlpack__, stream: 'On CPU and other device types without streams, only None is accepted'")
+def _stream_cpu(p: Producer) -> str:
+    x = p.make("float32", (2, 3))
+    if int(x.__dlpack_device__()[0]) != 1:
+        raise NotSupported("the array is not on the CPU")
+    _must_succeed("stream=None", lambda: x.__dlpack__(max_version=V13, stream=None))
+    notes = []
+    for stream in (1, -1):
+        try:
+            x.__dlpack__(max_version=V13, stream=stream)
+        except AssertionError as e:
+            raise CheckFailed(f"stream={stream} refused by an assert (gone under python -O)", e) from e
+        except Exception as e:
+            notes.append(f"stream={stream}: {exc_name(e)}")
+            continue
+        raise CheckFailed(f"stream={stream} was accepted for CPU data")
+    return "; ".join(notes)
+
+
+@_check("producer.buffererror_for_unexportable",
+        "what cannot be exported raises BufferError from __dlpack__ (and __dlpack_device__ does not raise "
+        "another type)", "array-api", "from_dlpack / array.__dlpack__, Raises: BufferError")
+def _unexportable(p: Producer) -> str:
+    if p.unexportable is None:
+        raise NotSupported("no unexportable objects given for this library")
+    cases = p.unexportable()
+    if not cases:
+        raise NotSupported("the library has no arrays that cannot be exported")
+    notes, bad = [], []
+    for label, obj in cases.items():
+        try:
+            obj.__dlpack_device__()
+        except BufferError:
+            pass
+        except Exception as e:
+            bad.append(f"{label}: __dlpack_device__ raised {exc_name(e)}: {short(e, 100)}")
+        try:
+            obj.__dlpack__(max_version=V13)
+        except BufferError as e:
+            notes.append(f"{label}: BufferError")
+            continue
+        except Exception as e:
+            bad.append(f"{label}: __dlpack__ raised {exc_name(e)}: {short(e, 100)}")
+            continue
+        bad.append(f"{label}: exported")
+    if bad:
+        raise CheckFailed("; ".join(bad))
+    return "; ".join(notes)
+
+
+@_check("producer.dlpack_device_type",
+        "__dlpack_device__() returns a 2-tuple (device_type, device_id): device_type an Enum member with "
+        "the DLDeviceType value, device_id an int", "array-api", "array.__dlpack_device__, Returns")
+def _dlpack_device_type(p: Producer) -> str:
+    x = p.make("float32", (2, 3))
+    dev = _must_succeed("__dlpack_device__()", x.__dlpack_device__)
+    if not isinstance(dev, tuple) or len(dev) != 2:
+        raise CheckFailed(f"returned {dev!r} ({type(dev).__name__}), not a 2-tuple")
+    kind, ident = dev
+    if not isinstance(ident, int) or isinstance(ident, bool):
+        raise CheckFailed(f"device_id {ident!r} is a {type(ident).__name__}, not an int")
+    if not isinstance(kind, enum.Enum):
+        raise CheckFailed(f"device_type {kind!r} is a plain {type(kind).__name__}, not an Enum member "
+                          "(the standard types the result Tuple[Enum, int])")
+    if int(kind) not in range(1, 19):
+        raise CheckFailed(f"device_type {kind!r} is not a DLDeviceType value")
+    return f"({type(kind).__name__}.{kind.name}={int(kind)}, {ident})"
+
+
+@_check("producer.scalar", "a scalar of the library (if it has a scalar type) exports as a 0-d tensor",
+        "array-api", "seed 000: scalars; from_dlpack accepts any object with __dlpack__")
+def _scalar(p: Producer) -> str:
+    s = p.scalar() if p.scalar is not None else None
+    if s is None:
+        raise NotSupported("the library has no scalar type separate from 0-d arrays")
+    if not hasattr(s, "__dlpack__"):
+        raise NotSupported(f"{type(s).__module__}.{type(s).__name__} scalars have no __dlpack__")
+    info = _t.read_capsule(_must_succeed("__dlpack__ of a scalar", lambda: _export_any(s)))
+    if info["ndim"] != 0:
+        raise CheckFailed(f"scalar exported with ndim {info['ndim']}")
+    return f"0-d, value {_dr_values(s)!r}"
+
+
+# --- dtypes ------------------------------------------------------------------------
+
+def _dtype_group(names: list[str]):
+    def body(p: Producer) -> str:
+        done, refused, bad = [], [], []
+        for name in names:
+            try:
+                x = p.make(name, (4,))
+            except NotSupported:
+                continue
+            want = dlpack_ref.DTYPES[name].__dlpack_data_type__()
+            try:
+                info = _t.read_capsule(_export_any(x))
+            except BufferError:
+                refused.append(name)
+                continue
+            except Exception as e:
+                bad.append(f"{name}: export raised {exc_name(e)}: {short(e, 100)}")
+                continue
+            if info["dtype"] != want:
+                bad.append(f"{name}: exported (code, bits, lanes)={info['dtype']}, expected {want}")
+            else:
+                done.append(f"{name}={want}")
+        if bad:
+            raise CheckFailed("; ".join(bad + [f"ok: {', '.join(done)}"] if done else bad))
+        if not done:
+            extra = f" (refused with BufferError: {', '.join(refused)})" if refused else ""
+            raise NotSupported(f"none of {', '.join(names)} can be made and exported{extra}")
+        return ", ".join(done) + (f"; refused with BufferError: {', '.join(refused)}" if refused else "")
+    return body
+
+
+_FLOAT8 = [n for n in dlpack_ref.DTYPES if n.startswith("float8")]
+for _group, _names, _where in [
+        ("bool", ["bool"], "kDLBool (bits 8)"),
+        ("complex", ["complex64", "complex128"], "kDLComplex"),
+        ("bfloat16", ["bfloat16"], "kDLBfloat (bits 16)"),
+        ("float8", _FLOAT8, "kDLFloat8_* (DLPack 1.1)"),
+        ("float4", ["float4_e2m1fn", "float4_e2m1fn_x2"], "kDLFloat4_e2m1fn: bits 4, lanes 1 or 2 (x2)")]:
+    _check(f"producer.dtype_{_group}",
+           f"{_group} arrays export with the DLPack type code ({', '.join(_names)})",
+           "header", f"DLDataTypeCode, {_where}")(_dtype_group(_names))
+
+
+# --- ownership ------------------------------------------------------------------------
+
+_SPIES: list = []  # ctypes callbacks must outlive every call through them
+
+
+class _DeleterSpy:
+    """Counts calls of a capsule's deleter by putting a counting trampoline in
+    its ``deleter`` field; the original deleter still runs."""
+
+    def __init__(self, capsule):
+        info = _t.read_capsule(capsule)
+        struct_type = _t.DLManagedTensorVersioned if info["versioned"] else _t.DLManagedTensor
+        self.original = info["deleter"]
+        self.calls = 0
+        original = _t._DELETER_T(self.original) if self.original else None
+
+        def counted(address):
+            self.calls += 1
+            if original is not None:
+                original(address)
+
+        self._callback = _t._DELETER_T(counted)
+        _SPIES.append(self._callback)
+        struct_type.from_address(info["address"]).deleter = ctypes.cast(self._callback, ctypes.c_void_p).value
+
+
+@_check("producer.deleter_once",
+        "the deleter runs exactly once: when the consumer is done, or from the capsule destructor of an "
+        "unconsumed capsule, never from the destructor of a consumed (renamed) one",
+        "python", "Python spec: PyCapsule destructor and 'used_dltensor' renaming; header: deleter")
+def _deleter_once(p: Producer) -> str:
+    x = p.make("float64", (2, 3))
+    notes = []
+    for kind, kwargs in (("versioned", {"max_version": V13}), ("legacy", {})):
+        try:
+            refs = sys.getrefcount(x)
+            cap = x.__dlpack__(**kwargs)
+        except Exception as e:
+            notes.append(f"{kind}: not exported ({exc_name(e)})")
+            continue
+        if kind == "versioned" and _t.capsule_name(cap) != _t.NAME_VERSIONED:
+            notes.append("versioned: not available")
+            continue
+        spy = _DeleterSpy(cap)
+        if not spy.original:
+            notes.append(f"{kind}: NULL deleter (allowed)")
+            continue
+        a = dlpack_ref.from_dlpack(cap)
+        if spy.calls:
+            raise CheckFailed(f"{kind}: deleter ran {spy.calls} time(s) while the consumer still used the data")
+        del a
+        gc.collect()
+        del cap
+        gc.collect()
+        if spy.calls != 1:
+            raise CheckFailed(f"{kind}, consumed: deleter ran {spy.calls} times, expected once")
+        cap = x.__dlpack__(**kwargs)
+        spy = _DeleterSpy(cap)
+        del cap
+        gc.collect()
+        if spy.calls > 1:
+            raise CheckFailed(f"{kind}, dropped unconsumed: deleter ran {spy.calls} times, expected once")
+        # 0 here: the capsule destructor frees the tensor without going
+        # through its deleter field, which cannot be counted from outside.
+        dropped = "once (dropped)" if spy.calls else "dropped: freed without calling DLManagedTensor.deleter"
+        leaked = sys.getrefcount(x) - refs
+        if leaked > 0:
+            raise CheckFailed(f"{kind}: the array holds {leaked} more reference(s) after the exports ended")
+        notes.append(f"{kind}: once (consumed), {dropped}")
+    return "; ".join(notes)
+
+
+# --- views --------------------------------------------------------------------------------
+
+@_check("producer.view_values",
+        "views (negated, conjugated, offset, reversed, ...) export the values the library itself reports, "
+        "or are refused with BufferError", "array-api", "array.__dlpack__ (the exported tensor is the array)")
+def _view_values(p: Producer) -> str:
+    if p.views is None:
+        x = p.make("float64", (6,))
+        try:
+            cases = {"offset x[1:]": x[1:]}
+        except Exception as e:
+            raise NotSupported("no views given, and x[1:] does not make one", e) from e
+    else:
+        cases = p.views()
+    if not cases:
+        raise NotSupported("the library has no views to export")
+    notes, bad = [], []
+    for label, v in cases.items():
+        try:
+            got = _dr_values(_export_any(v))
+        except BufferError as e:
+            notes.append(f"{label}: refused with BufferError ({short(e, 80)})")
+            continue
+        except Exception as e:
+            bad.append(f"{label}: export raised {exc_name(e)}: {short(e, 100)}")
+            continue
+        want = p.values(v)
+        if not _same(got, want):
+            bad.append(f"{label}: exported {got!r}, the library reports {want!r}")
+        else:
+            notes.append(f"{label}: equal")
+    if bad:
+        raise CheckFailed("; ".join(bad + notes))
+    return "; ".join(notes)
+
+
+# --- the C exchange API ------------------------------------------------------------------------
+
+class _ExchangeAPIHeader(ctypes.Structure):
+    _fields_ = [("version", _t.DLPackVersion), ("prev_api", ctypes.c_void_p)]
+
+
+class _ExchangeAPI(ctypes.Structure):
+    _fields_ = [("header", _ExchangeAPIHeader),
+                ("managed_tensor_allocator", ctypes.c_void_p),
+                ("managed_tensor_from_py_object_no_sync", ctypes.c_void_p),
+                ("managed_tensor_to_py_object_no_sync", ctypes.c_void_p),
+                ("dltensor_from_py_object_no_sync", ctypes.c_void_p),
+                ("current_work_stream", ctypes.c_void_p)]
+
+
+_SET_ERROR_T = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p)
+_ALLOCATOR_T = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.POINTER(_t.DLTensor), ctypes.POINTER(ctypes.c_void_p),
+                                 ctypes.c_void_p, _SET_ERROR_T)
+_FROM_PY_T = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.POINTER(ctypes.c_void_p))
+_TO_PY_T = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p))
+_VIEW_T = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.POINTER(_t.DLTensor))
+_STREAM_T = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_int32, ctypes.c_int32, ctypes.POINTER(ctypes.c_void_p))
+# Own prototypes: ctypes.pythonapi's function objects are shared with every
+# other module, so their argtypes must not be changed.
+_capsule_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(
+    ("PyCapsule_GetPointer", ctypes.pythonapi))
+_capsule_valid = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.c_char_p)(
+    ("PyCapsule_IsValid", ctypes.pythonapi))
+_decref = ctypes.PYFUNCTYPE(None, ctypes.c_void_p)(("Py_DecRef", ctypes.pythonapi))
+
+
+def _call_deleter(address: int) -> None:
+    m = _t.DLManagedTensorVersioned.from_address(address)
+    if m.deleter:
+        _t._DELETER_T(m.deleter)(address)
+
+
+@_check("producer.exchange_api",
+        "type(x).__dlpack_c_exchange_api__, when present: a 'dlpack_exchange_api' capsule, version major 1, "
+        "every required function non-NULL, and a round trip through it keeps the data pointer and values",
+        "exchange-api", "DLPackExchangeAPI, DLPackExchangeAPIHeader")
+def _exchange_api(p: Producer) -> str:
+    x = p.make("float64", (2, 3))
+    cap = getattr(type(x), "__dlpack_c_exchange_api__", None)
+    if cap is None:
+        raise NotSupported(f"{type(x).__name__} has no __dlpack_c_exchange_api__")
+    if type(cap).__name__ != "PyCapsule" or not _capsule_valid(cap, b"dlpack_exchange_api"):
+        raise CheckFailed(f"__dlpack_c_exchange_api__ is {cap!r}, not a capsule named 'dlpack_exchange_api'")
+    api = _ExchangeAPI.from_address(_capsule_pointer(cap, b"dlpack_exchange_api"))
+    version = (api.header.version.major, api.header.version.minor)
+    if version[0] != 1:
+        raise NotSupported(f"table version {version}; this checker reads major 1")
+    missing = [f for f, _ in _ExchangeAPI._fields_[1:]
+               if f != "dltensor_from_py_object_no_sync" and not getattr(api, f)]
+    if missing:
+        raise CheckFailed(f"NULL function pointers in a version {version} table: {', '.join(missing)}")
+    want_ptr, want_values = _ptr_of(x), _dr_values(x)
+    out = ctypes.c_void_p()
+    _must_succeed("managed_tensor_from_py_object_no_sync",
+                  lambda: _FROM_PY_T(api.managed_tensor_from_py_object_no_sync)(x, ctypes.byref(out)))
+    m = _t.DLManagedTensorVersioned.from_address(out.value)
+    t = m.dl_tensor
+    got = (m.version.major, t.data + t.byte_offset, t.ndim)
+    if got != (1, want_ptr, 2):
+        _call_deleter(out.value)
+        raise CheckFailed(f"from_py_object gave (major, data, ndim)={got}, expected (1, {want_ptr:#x}, 2)")
+    obj = ctypes.c_void_p()
+    _must_succeed("managed_tensor_to_py_object_no_sync",
+                  lambda: _TO_PY_T(api.managed_tensor_to_py_object_no_sync)(out.value, ctypes.byref(obj)))
+    back = ctypes.cast(obj, ctypes.py_object).value
+    _decref(obj.value)
+    if _ptr_of(back) != want_ptr or not _same(_dr_values(back), want_values):
+        raise CheckFailed(f"to_py_object gave a {type(back).__name__} with other data or values")
+    notes = [f"version {version}", f"round trip to {type(back).__name__} in place"]
+    del back
+    if api.dltensor_from_py_object_no_sync:
+        view = _t.DLTensor()
+        _must_succeed("dltensor_from_py_object_no_sync",
+                      lambda: _VIEW_T(api.dltensor_from_py_object_no_sync)(x, ctypes.byref(view)))
+        if view.data + view.byte_offset != want_ptr:
+            raise CheckFailed("dltensor_from_py_object_no_sync: another data pointer")
+        notes.append("DLTensor view in place")
+    stream = ctypes.c_void_p(1)
+    _must_succeed("current_work_stream(kDLCPU, 0)",
+                  lambda: _STREAM_T(api.current_work_stream)(1, 0, ctypes.byref(stream)))
+    if stream.value:
+        raise CheckFailed(f"current_work_stream(kDLCPU, 0) gave {stream.value:#x}, expected NULL")
+    errors = []
+    shape = (ctypes.c_int64 * 2)(2, 3)
+    proto = _t.DLTensor()
+    proto.device.device_type, proto.ndim, proto.shape = 1, 2, ctypes.addressof(shape)
+    proto.dtype.code, proto.dtype.bits, proto.dtype.lanes = 2, 32, 1
+    alloc = ctypes.c_void_p()
+    set_error = _SET_ERROR_T(lambda ctx, kind, msg: errors.append((kind, msg)))
+    try:
+        rc = _ALLOCATOR_T(api.managed_tensor_allocator)(ctypes.byref(proto), ctypes.byref(alloc), None, set_error)
+    except Exception as e:
+        raise CheckFailed("managed_tensor_allocator (required) set a Python exception instead of "
+                          "working or calling SetError", e) from e
+    if rc != 0 or not alloc.value:
+        raise CheckFailed(f"managed_tensor_allocator failed (rc={rc}, errors={errors})")
+    m = _t.DLManagedTensorVersioned.from_address(alloc.value)
+    got = (m.dl_tensor.ndim, tuple(ctypes.cast(m.dl_tensor.shape, ctypes.POINTER(ctypes.c_int64))[:2]),
+           (m.dl_tensor.dtype.code, m.dl_tensor.dtype.bits))
+    _call_deleter(alloc.value)
+    if got != (2, (2, 3), (2, 32)):
+        raise CheckFailed(f"managed_tensor_allocator made (ndim, shape, dtype)={got}")
+    notes.append("allocator ok")
+    return "; ".join(notes)
+
+
+# --- running ---------------------------------------------------------------------------------------
+
+def check_ids() -> list[str]:
+    return [rule.id for rule, _ in CHECKS]
+
+
+def run_producer_check(p: Producer, check_id: str) -> Result:
+    for rule, fn in CHECKS:
+        if rule.id == check_id:
+            return run_check(rule, lambda: fn(p), subject=p.name)
+    raise KeyError(f"no producer check {check_id!r}; known: {check_ids()}")
+
+
+def check_producer(p: Producer, only: list[str] | None = None) -> list[Result]:
+    """Run every producer check (or those named in ``only``) in this process."""
+    return [run_check(rule, lambda fn=fn: fn(p), subject=p.name)
+            for rule, fn in CHECKS if only is None or rule.id in only]
