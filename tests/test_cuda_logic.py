@@ -17,6 +17,7 @@ from __future__ import annotations
 import ctypes
 import enum
 import gc
+import importlib.util
 import itertools
 import random
 import subprocess
@@ -317,11 +318,24 @@ def _reset_loader(monkeypatch):
     monkeypatch.setattr(_cuda_driver, "_failure", None)
 
 
+def _install_driver_module(monkeypatch, driver):
+    """Make `from cuda.bindings import driver` yield `driver` (None: fail to
+    import), whether or not cuda-python is installed here."""
+    import types
+    if importlib.util.find_spec("cuda") is None:
+        monkeypatch.setitem(sys.modules, "cuda", types.ModuleType("cuda"))
+    if driver is None:
+        monkeypatch.setitem(sys.modules, "cuda.bindings", None)
+    else:
+        bindings = types.ModuleType("cuda.bindings")
+        bindings.driver = driver
+        monkeypatch.setitem(sys.modules, "cuda.bindings", bindings)
+    monkeypatch.setitem(sys.modules, "cuda.bindings.driver", driver)
+
+
 def test_without_cuda_python_the_error_names_cuda_python(monkeypatch):
     _reset_loader(monkeypatch)
-    import cuda.bindings as bindings
-    monkeypatch.delattr(bindings, "driver", raising=False)
-    monkeypatch.setitem(sys.modules, "cuda.bindings.driver", None)
+    _install_driver_module(monkeypatch, None)
     with pytest.raises(cuda.CUDAUnavailableError, match="cuda-python, which is not installed") as info:
         dr.empty((2,), device="cuda:0")
     assert isinstance(info.value, BufferError) and isinstance(info.value, RuntimeError)
@@ -335,9 +349,7 @@ def test_without_a_driver_the_error_names_the_driver(monkeypatch):
         def cuInit(self, flags):
             raise RuntimeError('"cuda" is an NVIDIA driver library and can only be found via system search')
 
-    import cuda.bindings as bindings
-    monkeypatch.setattr(bindings, "driver", NoLibcuda(), raising=False)
-    monkeypatch.setitem(sys.modules, "cuda.bindings.driver", NoLibcuda())
+    _install_driver_module(monkeypatch, NoLibcuda())
     with pytest.raises(cuda.CUDAUnavailableError, match=r"NVIDIA driver \(libcuda\)"):
         dr.zeros((2,), device="cuda_managed:0")
 
@@ -347,9 +359,7 @@ def test_without_a_device_the_error_names_the_device(monkeypatch, count, init_re
     _reset_loader(monkeypatch)
     drv = FakeDriver(device_count=count)
     drv.cuInit = lambda flags: (init_result,)
-    import cuda.bindings as bindings
-    monkeypatch.setattr(bindings, "driver", drv, raising=False)
-    monkeypatch.setitem(sys.modules, "cuda.bindings.driver", drv)
+    _install_driver_module(monkeypatch, drv)
     with pytest.raises(cuda.CUDAUnavailableError, match="needs a CUDA device"):
         dr.asarray([1.0, 2.0], device="cuda:0")
 
