@@ -15,9 +15,14 @@ cdef extern from "Python.h":
 # what stream=None asks a producer for, so the device query can be skipped.
 cdef int _stream_contexts = 0
 
+cdef object _stream_contexts_lock = __import__("threading").Lock()
+
 def _stream_context_entered(int delta):
+    # Written rarely (entering/leaving a stream context), read on every
+    # import; the lock keeps concurrent writers exact without the GIL.
     global _stream_contexts
-    _stream_contexts += delta
+    with _stream_contexts_lock:
+        _stream_contexts += delta
 
 
 cdef Array _array_from_capsule(object capsule):
@@ -225,9 +230,10 @@ def from_dlpack(x, /, *, device=None, copy=None):
     if PyCapsule_CheckExact(x):
         a = _array_from_capsule(x)
         return _finish_import(a, target if have_target else a._device, copy, False)
-    if not hasattr(x, "__dlpack__"):
+    dlpack_device = getattr(x, "__dlpack_device__", None)
+    if dlpack_device is None or not hasattr(x, "__dlpack__"):
         raise _not_dlpack(x)
-    source = _parse_device(x.__dlpack_device__())
+    source = _parse_device(dlpack_device())
     if not have_target:
         target = source
     stream = None
