@@ -564,17 +564,12 @@ cdef int _check_stream(Array a, object stream) except -1:
 
 
 cdef object _export_versioned(Array a, uint64_t flags):
-    cdef DLManagedTensorVersioned* m = _versioned_block(a, flags)
-    try:
-        return PyCapsule_New(m, NAME_VERSIONED, _destroy_versioned_capsule)
-    except BaseException:
-        _delete_versioned(m)
-        raise
+    return _versioned_capsule(_versioned_block(a, flags))
 
 
 cdef object _export_legacy(Array a):
     cdef size_t nd = <size_t>a._ndim
-    cdef DLManagedTensor* m = <DLManagedTensor*>malloc(sizeof(DLManagedTensor) + 2 * nd * sizeof(int64_t))
+    cdef DLManagedTensor* m = <DLManagedTensor*>PyMem_Malloc(sizeof(DLManagedTensor) + 2 * nd * sizeof(int64_t))
     if m == NULL:
         raise MemoryError()
     cdef int64_t* shape = <int64_t*>(<char*>m + sizeof(DLManagedTensor))
@@ -582,11 +577,7 @@ cdef object _export_legacy(Array a):
     m.manager_ctx = <void*>a
     m.deleter = _delete_legacy
     Py_INCREF(a)
-    try:
-        return PyCapsule_New(m, NAME_LEGACY, _destroy_legacy_capsule)
-    except BaseException:
-        _delete_legacy(m)
-        raise
+    return _legacy_capsule(m)
 
 
 cdef inline void _fill_dltensor(DLTensor* t, Array a, int64_t* storage) noexcept:

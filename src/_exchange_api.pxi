@@ -13,7 +13,7 @@ cdef const char* NAME_EXCHANGE_API = b"dlpack_exchange_api"
 cdef DLManagedTensorVersioned* _versioned_block(Array a, uint64_t flags) except NULL:
     """The single allocation of a versioned export, owning one reference to a."""
     cdef size_t nd = <size_t>a._ndim
-    cdef DLManagedTensorVersioned* m = <DLManagedTensorVersioned*>malloc(
+    cdef DLManagedTensorVersioned* m = <DLManagedTensorVersioned*>PyMem_Malloc(
         sizeof(DLManagedTensorVersioned) + 2 * nd * sizeof(int64_t))
     if m == NULL:
         raise MemoryError()

@@ -105,44 +105,41 @@ cdef uint64_t FLAG_SUBBYTE_PADDED = DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED
 # manager_ctx holds one reference to the exported Array; the block itself is
 # the single allocation made by _export.
 
-cdef void _delete_versioned(DLManagedTensorVersioned* self) noexcept nogil:
-    dlref_release_owner(<PyObject*>self.manager_ctx)
-    free(self)
-
-
-cdef void _delete_legacy(DLManagedTensor* self) noexcept nogil:
-    dlref_release_owner(<PyObject*>self.manager_ctx)
-    free(self)
-
-
-# A capsule that was never consumed still owns its tensor. The name test is
-# what tells: a consumer renames it to used_* when it takes ownership. A
-# capsule often dies while an exception is propagating (a consumer that
-# refused it), so the pending exception is set aside around the deleter, which
-# may run Python code; the same is done by NumPy's destructor.
+# The blocks come from pymalloc (PyMem_Malloc: small, made with the GIL held,
+# and several times cheaper than malloc), so they are freed with the GIL too:
+# the deleter takes it when it runs on a thread without it, and after
+# finalization leaks the block along with the owner reference.
 cdef extern from *:
     """
+    static void dlref_release_block(PyObject* owner, void* block) {
+        if (!Py_IsInitialized()) return;
+        if (PyGILState_Check()) { Py_XDECREF(owner); PyMem_Free(block); return; }
+        if (dlref_is_finalizing()) return;
+        PyGILState_STATE st = PyGILState_Ensure();
+        Py_XDECREF(owner);
+        PyMem_Free(block);
+        PyGILState_Release(st);
+    }
+    static void dlref_delete_versioned(DLManagedTensorVersioned* self) {
+        dlref_release_block((PyObject*)self->manager_ctx, self);
+    }
+    static void dlref_delete_legacy(DLManagedTensor* self) {
+        dlref_release_block((PyObject*)self->manager_ctx, self);
+    }
+
+    /* A capsule that was never consumed still owns its tensor; the name
+       tells (a consumer renames it used_* when it takes ownership). These
+       destructors are attached to our exports only, so an unconsumed one
+       still holds our block: it is released directly, the GIL being held
+       by whoever destroys a capsule. */
     static void dlref_destroy_capsule(PyObject* capsule, const char* name, int versioned) {
-        if (!PyCapsule_IsValid(capsule, name)) return;
-    #if PY_VERSION_HEX >= 0x030C0000
-        PyObject* pending = PyErr_GetRaisedException();
-    #else
-        PyObject *type, *value, *traceback;
-        PyErr_Fetch(&type, &value, &traceback);
-    #endif
-        void* m = PyCapsule_GetPointer(capsule, name);
-        if (versioned) {
-            DLManagedTensorVersioned* mv = (DLManagedTensorVersioned*)m;
-            if (mv->deleter != NULL) mv->deleter(mv);
-        } else {
-            DLManagedTensor* ml = (DLManagedTensor*)m;
-            if (ml->deleter != NULL) ml->deleter(ml);
-        }
-    #if PY_VERSION_HEX >= 0x030C0000
-        PyErr_SetRaisedException(pending);
-    #else
-        PyErr_Restore(type, value, traceback);
-    #endif
+        const char* actual = PyCapsule_GetName(capsule);
+        if (actual == NULL || strcmp(actual, name) != 0) return;
+        void* block = PyCapsule_GetPointer(capsule, actual);
+        void* owner = versioned ? ((DLManagedTensorVersioned*)block)->manager_ctx
+                                : ((DLManagedTensor*)block)->manager_ctx;
+        Py_XDECREF((PyObject*)owner);
+        PyMem_Free(block);
     }
     static void dlref_destroy_versioned_capsule(PyObject* capsule) {
         dlref_destroy_capsule(capsule, "dltensor_versioned", 1);
@@ -150,9 +147,26 @@ cdef extern from *:
     static void dlref_destroy_legacy_capsule(PyObject* capsule) {
         dlref_destroy_capsule(capsule, "dltensor", 0);
     }
+
+    /* The capsule of an export; if it cannot be made, the block is deleted
+       (no Cython try block on the hot path: it would save and restore the
+       exception state on every call). */
+    static PyObject* dlref_versioned_capsule(DLManagedTensorVersioned* m) {
+        PyObject* capsule = PyCapsule_New(m, "dltensor_versioned", dlref_destroy_versioned_capsule);
+        if (capsule == NULL) m->deleter(m);
+        return capsule;
+    }
+    static PyObject* dlref_legacy_capsule(DLManagedTensor* m) {
+        PyObject* capsule = PyCapsule_New(m, "dltensor", dlref_destroy_legacy_capsule);
+        if (capsule == NULL) m->deleter(m);
+        return capsule;
+    }
     """
-    void _destroy_versioned_capsule "dlref_destroy_versioned_capsule"(object capsule) noexcept
-    void _destroy_legacy_capsule "dlref_destroy_legacy_capsule"(object capsule) noexcept
+    void* PyMem_Malloc(size_t n)
+    void _delete_versioned "dlref_delete_versioned"(DLManagedTensorVersioned* self) noexcept nogil
+    void _delete_legacy "dlref_delete_legacy"(DLManagedTensor* self) noexcept nogil
+    object _versioned_capsule "dlref_versioned_capsule"(DLManagedTensorVersioned* m)
+    object _legacy_capsule "dlref_legacy_capsule"(DLManagedTensor* m)
 
 
 # --- errors ----------------------------------------------------------------

@@ -1,0 +1,136 @@
+"""Instructions per call of each benchmarked exchange, counted by callgrind.
+
+Wall-clock timings on a shared machine wander by tens of percent; the number
+of instructions a call executes does not. Each case runs in its own process
+under ``valgrind --tool=callgrind`` twice, with N and 2N loop iterations; the
+difference divided by N is the cost of one call with interpreter start-up,
+imports and setup cancelled out (hash seed fixed and the cycle collector off,
+so that both runs do the same work outside the loop).
+
+    python benchmarks/callgrind_exchange.py [--loops N] [--only NAME ...] [--annotate NAME]
+
+``--annotate NAME`` keeps the 2N profile of that case and prints
+``callgrind_annotate`` of it (where the instructions go).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+# name -> (setup, statement); setup runs once, the statement N times.
+CASES = {
+    "numpy.from_dlpack(numpy)": ("import numpy as np\nx = np.zeros(16, np.float32)", "np.from_dlpack(x)"),
+    "dlpack_ref.from_dlpack(numpy)": ("import numpy as np, dlpack_ref\nx = np.zeros(16, np.float32)", "dlpack_ref.from_dlpack(x)"),
+    "dlpack_ref.from_dlpack(dlpack_ref)": ("import numpy as np, dlpack_ref\na = dlpack_ref.zeros(16, dtype='float32')",
+        "dlpack_ref.from_dlpack(a)"),
+    "ndarray.__dlpack__()": ("import numpy as np\nx = np.zeros(16, np.float32)", "x.__dlpack__()"),
+    "Array.__dlpack__()": ("import dlpack_ref\na = dlpack_ref.zeros(16, dtype='float32')", "a.__dlpack__()"),
+    "numpy.from_dlpack(dlpack_ref)": ("import numpy as np, dlpack_ref\na = dlpack_ref.zeros(16, dtype='float32')",
+        "np.from_dlpack(a)"),
+    "dlpack_ref.from_dlpack(torch)": ("import torch, dlpack_ref\nt = torch.zeros(16)", "dlpack_ref.from_dlpack(t)"),
+    "tvm_ffi.from_dlpack(torch)": ("import torch, tvm_ffi\nt = torch.zeros(16)", "tvm_ffi.from_dlpack(t)"),
+    "torch.from_dlpack(torch)": ("import torch\nt = torch.zeros(16)", "torch.from_dlpack(t)"),
+}
+
+# The issue's targets: (case, reference case, most allowed ratio).
+TARGETS = [
+    ("dlpack_ref.from_dlpack(numpy)", "numpy.from_dlpack(numpy)", 1.0),
+    ("dlpack_ref.from_dlpack(dlpack_ref)", "numpy.from_dlpack(numpy)", 0.6),
+    ("Array.__dlpack__()", "ndarray.__dlpack__()", 1.0),
+    ("numpy.from_dlpack(dlpack_ref)", "numpy.from_dlpack(numpy)", 1.1),
+    ("dlpack_ref.from_dlpack(torch)", "tvm_ffi.from_dlpack(torch)", 1.0),
+    ("dlpack_ref.from_dlpack(torch)", "torch.from_dlpack(torch)", 0.1),
+]
+
+# The loop runs inside map(): callgrind collects only inside map_next (with
+# its callees), so interpreter start-up and imports are not even counted.
+SCRIPT = """\
+{setup}
+import gc
+gc.disable()
+def call(_):
+    {stmt}
+for _ in map(call, range({warm})):
+    pass
+for _ in map(call, range({loops})):
+    pass
+"""
+# The cost of the loop itself (map_next calling a Python function), subtracted.
+BASELINE = ("", "None")
+
+
+def _instructions(setup: str, stmt: str, loops: int, keep: str | None = None) -> int:
+    with tempfile.TemporaryDirectory() as tmp:
+        script = os.path.join(tmp, "case.py")
+        out = os.path.join(tmp, "callgrind.out")
+        with open(script, "w") as f:
+            f.write(SCRIPT.format(setup=setup, stmt=stmt, loops=loops, warm=200))
+        subprocess.run(
+            ["valgrind", "--tool=callgrind", "--collect-atstart=no", "--toggle-collect=map_next",
+             f"--callgrind-out-file={out}", sys.executable, script],
+            check=True, env={**os.environ, "PYTHONHASHSEED": "0"}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        with open(out) as f:
+            for line in f:
+                if line.startswith("summary:") or line.startswith("totals:"):
+                    total = int(line.split()[1])
+        if keep:
+            shutil.copy(out, keep)
+        return total
+
+
+def _per_call(setup: str, stmt: str, loops: int, keep: str | None = None) -> float:
+    base = _instructions(setup, stmt, loops)
+    double = _instructions(setup, stmt, 2 * loops, keep)
+    return (double - base) / loops
+
+
+def measure(name: str, loops: int, keep: str | None = None, loop_cost: float = 0.0) -> float:
+    setup, stmt = CASES[name]
+    return _per_call(setup, stmt, loops, keep) - loop_cost
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--loops", type=int, default=2000)
+    p.add_argument("--only", nargs="*", help="case names (default: all)")
+    p.add_argument("--annotate", help="print callgrind_annotate of this case")
+    p.add_argument("--json", default=os.path.join(os.path.dirname(__file__), "results", "callgrind.json"))
+    args = p.parse_args(argv)
+    if shutil.which("valgrind") is None:
+        print("valgrind is not installed", file=sys.stderr)
+        return 2
+    names = args.only or list(CASES)
+    loop_cost = _per_call(*BASELINE, args.loops)
+    print(f"{'(loop overhead, subtracted)':38s} {loop_cost:10.0f} instructions/call")
+    results = {}
+    for name in names:
+        keep = os.path.join(tempfile.gettempdir(), "callgrind.annotate.out") if name == args.annotate else None
+        try:
+            results[name] = measure(name, args.loops, keep, loop_cost)
+        except (subprocess.CalledProcessError, ImportError) as exc:
+            print(f"{name:38s} skipped ({exc})")
+            continue
+        print(f"{name:38s} {results[name]:10.0f} instructions/call", flush=True)
+    print()
+    for case, ref, limit in TARGETS:
+        if case in results and ref in results:
+            ratio = results[case] / results[ref]
+            verdict = "pass" if ratio <= limit else "FAIL"
+            print(f"{case:38s} / {ref:28s} = {ratio:5.2f} (target <= {limit}) {verdict}")
+    if not args.only:
+        os.makedirs(os.path.dirname(args.json), exist_ok=True)
+        with open(args.json, "w") as f:
+            json.dump({"loops": args.loops, "loop_overhead": loop_cost, "instructions_per_call": results}, f, indent=2)
+    if args.annotate:
+        subprocess.run(["callgrind_annotate", "--inclusive=yes", keep], check=False)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

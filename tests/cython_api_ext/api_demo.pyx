@@ -1,0 +1,131 @@
+# cython: language_level=3
+"""A small extension built against dlpack-ref's Cython API (the way a library
+that vendors or depends on dlpack-ref would use it), for tests/test_cython_api.py."""
+
+from libc.stdint cimport int64_t
+from libc.stdlib cimport malloc, free
+from dlpack cimport DLTensor, kDLCPU, kDLFloat, DLPACK_FLAG_BITMASK_READ_ONLY
+from dlpack_ref_api cimport (
+    DLPackRefTensor, dlpack_ref_export_legacy, dlpack_ref_export_versioned, dlpack_ref_import,
+    dlpack_ref_release, dlpack_ref_take, dlpack_ref_to_array, dlpack_ref_view,
+)
+
+freed = 0
+
+
+cdef class Buffer:
+    """float64 memory of this extension; counts its frees in `freed`."""
+    cdef double* data
+    cdef int64_t n
+
+    def __dealloc__(self):
+        global freed
+        if self.data != NULL:
+            free(self.data)
+            freed += 1
+
+    @property
+    def address(self):
+        return <size_t>self.data
+
+
+def export(int64_t rows, int64_t cols, *, bint versioned=True, bint read_only=False, bint transposed=False):
+    """(capsule, buffer): rows x cols float64 values 0, 1.5, 3, ... owned by
+    buffer; transposed exports the cols x rows view with swapped strides."""
+    cdef Buffer buf = Buffer.__new__(Buffer)
+    buf.n = rows * cols
+    buf.data = <double*>malloc(sizeof(double) * (buf.n if buf.n else 1))
+    if buf.data == NULL:
+        raise MemoryError()
+    cdef int64_t i
+    for i in range(buf.n):
+        buf.data[i] = 1.5 * i
+    cdef int64_t shape[2]
+    cdef int64_t strides[2]
+    cdef DLTensor t
+    t.data = buf.data
+    t.device.device_type = kDLCPU
+    t.device.device_id = 0
+    t.ndim = 2
+    t.dtype.code = kDLFloat
+    t.dtype.bits = 64
+    t.dtype.lanes = 1
+    t.byte_offset = 0
+    if transposed:
+        shape[0], shape[1], strides[0], strides[1] = cols, rows, 1, cols
+        t.strides = strides
+    else:
+        shape[0], shape[1] = rows, cols
+        t.strides = NULL   # row-major, filled in by the export
+    t.shape = shape
+    if versioned:
+        cap = dlpack_ref_export_versioned(&t, buf, DLPACK_FLAG_BITMASK_READ_ONLY if read_only else 0)
+    else:
+        cap = dlpack_ref_export_legacy(&t, buf)
+    return cap, buf
+
+
+cdef list _describe(DLPackRefTensor* t):
+    cdef DLTensor* d = t.dl_tensor
+    cdef int i
+    return [<size_t>d.data + d.byte_offset, tuple([d.shape[i] for i in range(d.ndim)]),
+            tuple([d.strides[i] for i in range(d.ndim)]) if d.strides != NULL else None,
+            (d.dtype.code, d.dtype.bits, d.dtype.lanes), t.flags, t.versioned]
+
+
+def describe(obj):
+    """Import obj (producer or capsule), report (data address, shape, strides,
+    dtype, flags, versioned), release it."""
+    cdef DLPackRefTensor t
+    dlpack_ref_import(obj, &t)
+    try:
+        return _describe(&t)
+    finally:
+        dlpack_ref_release(&t)
+
+
+def take(capsule):
+    cdef DLPackRefTensor t
+    dlpack_ref_take(capsule, &t)
+    dlpack_ref_release(&t)
+    dlpack_ref_release(&t)   # a second release is a no-op
+    return True
+
+
+def total(obj):
+    """The sum of a float64 2-d producer, walking its strides."""
+    cdef DLPackRefTensor t
+    dlpack_ref_import(obj, &t)
+    cdef DLTensor* d = t.dl_tensor
+    cdef double s = 0
+    cdef int64_t i, j
+    try:
+        if d.ndim != 2 or d.dtype.code != kDLFloat or d.dtype.bits != 64:
+            raise TypeError("total() wants a 2-d float64 array")
+        for i in range(d.shape[0]):
+            for j in range(d.shape[1]):
+                s += (<double*>(<char*>d.data + d.byte_offset))[i * d.strides[0] + j * d.strides[1]]
+        return s
+    finally:
+        dlpack_ref_release(&t)
+
+
+def to_array(obj):
+    """obj imported here, then handed to dlpack-ref as an Array."""
+    cdef DLPackRefTensor t
+    dlpack_ref_import(obj, &t)
+    return dlpack_ref_to_array(&t)
+
+
+def capsule_to_array(capsule):
+    cdef DLPackRefTensor t
+    dlpack_ref_take(capsule, &t)
+    return dlpack_ref_to_array(&t)
+
+
+def view(array):
+    """(data address, shape) of a dlpack_ref.Array, borrowed through its table."""
+    cdef DLTensor d
+    dlpack_ref_view(array, &d)
+    cdef int i
+    return <size_t>d.data, tuple([d.shape[i] for i in range(d.ndim)])

@@ -1,0 +1,195 @@
+"""The Cython API (dlpack_ref_api.pxd, shipped in get_include()): a small
+extension, tests/cython_api_ext/api_demo.pyx, is compiled against the
+installed package and exchanges arrays with dlpack-ref, NumPy and PyTorch
+in both directions."""
+
+import gc
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+
+import numpy as np
+import pytest
+
+import dlpack_ref
+from dlpack_ref.testing import capsule_name
+
+EXT_SOURCE = os.path.join(os.path.dirname(__file__), "cython_api_ext", "api_demo.pyx")
+
+
+@pytest.fixture(scope="module")
+def ext(tmp_path_factory):
+    """api_demo compiled with cython + the C compiler Python was built with,
+    with nothing but dlpack_ref.get_include() on the include paths."""
+    pytest.importorskip("Cython")
+    cc = (sysconfig.get_config_var("CC") or "cc").split()
+    if shutil.which(cc[0]) is None:
+        pytest.skip(f"no C compiler ({cc[0]})")
+    build = tmp_path_factory.mktemp("cython_api")
+    pyx = build / "api_demo.pyx"
+    shutil.copy(EXT_SOURCE, pyx)
+    include = dlpack_ref.get_include()
+    c_file = build / "api_demo.c"
+    subprocess.run([sys.executable, "-m", "cython", "-3", "-I", include, str(pyx), "-o", str(c_file)],
+                   check=True, capture_output=True, text=True)
+    so = build / ("api_demo" + sysconfig.get_config_var("EXT_SUFFIX"))
+    subprocess.run([*cc, "-shared", "-fPIC", "-O1", "-I", sysconfig.get_paths()["include"], "-I", include,
+                    str(c_file), "-o", str(so)], check=True, capture_output=True, text=True)
+    spec = importlib.util.spec_from_file_location("api_demo", so)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_get_include_ships_the_header_and_both_pxd_files():
+    names = set(os.listdir(dlpack_ref.get_include()))
+    assert {"dlpack.h", "dlpack.pxd", "dlpack_ref_api.pxd"} <= names
+
+
+# --- export: the extension's memory into other libraries ---------------------
+
+def test_export_versioned_is_zero_copy_and_keeps_the_owner_alive(ext):
+    freed = ext.freed
+    cap, buf = ext.export(2, 3)
+    address = buf.address
+    a = dlpack_ref.from_dlpack(cap)
+    assert capsule_name(cap) == b"used_dltensor_versioned"
+    assert a.data_ptr == address and a.shape == (2, 3) and a.strides == (3, 1)
+    assert a.tolist() == [[0, 1.5, 3], [4.5, 6, 7.5]]
+    del cap, buf
+    gc.collect()
+    assert ext.freed == freed            # the Array still holds the memory
+    del a
+    gc.collect()
+    assert ext.freed == freed + 1
+
+
+def test_export_into_numpy_carries_read_only_and_strides(ext):
+    cap, buf = ext.export(2, 3, read_only=True, transposed=True)
+    x = np.from_dlpack(_Once(cap))
+    assert x.ctypes.data == buf.address and x.shape == (3, 2) and x.strides == (8, 24)
+    assert not x.flags.writeable
+    assert x.tolist() == [[0, 4.5], [1.5, 6], [3, 7.5]]
+
+
+def test_export_legacy_is_read_by_dlpack_ref(ext):
+    cap, buf = ext.export(1, 4, versioned=False)
+    assert capsule_name(cap) == b"dltensor"
+    a = dlpack_ref.from_dlpack(cap)
+    assert a.data_ptr == buf.address and a.tolist() == [[0, 1.5, 3, 4.5]]
+
+
+def test_an_unconsumed_export_frees_its_owner_when_dropped(ext):
+    freed = ext.freed
+    cap, buf = ext.export(2, 2)
+    del buf
+    gc.collect()
+    assert ext.freed == freed
+    del cap
+    gc.collect()
+    assert ext.freed == freed + 1
+
+
+class _Once:
+    """A producer returning a prepared capsule (NumPy asks producers, not capsules)."""
+
+    def __init__(self, capsule):
+        self.capsule = capsule
+
+    def __dlpack__(self, **kwargs):
+        return self.capsule
+
+    def __dlpack_device__(self):
+        return (1, 0)
+
+
+# --- import: other libraries' arrays into the extension -----------------------
+
+def test_import_of_an_array_is_zero_copy_and_releases_it(ext):
+    a = dlpack_ref.asarray(np.arange(6, dtype=np.float64).reshape(2, 3))
+    refs = sys.getrefcount(a)
+    data, shape, strides, dtype, flags, versioned = ext.describe(a)
+    assert (data, shape, strides, dtype, flags, versioned) == (a.data_ptr, (2, 3), (3, 1), (2, 64, 1), 0, True)
+    gc.collect()
+    assert sys.getrefcount(a) == refs
+
+
+@pytest.mark.parametrize("make", [
+    lambda x: x,
+    lambda x: dlpack_ref.from_dlpack(x),
+    lambda x: x.__dlpack__(max_version=(1, 3)),
+    lambda x: x.__dlpack__(),
+], ids=["ndarray", "Array", "versioned-capsule", "legacy-capsule"])
+def test_import_walks_strides_of_any_producer(ext, make):
+    x = np.arange(12, dtype=np.float64).reshape(3, 4)[:, ::2]
+    assert ext.total(make(x)) == x.sum()
+
+
+def test_import_of_a_torch_tensor_uses_its_table(ext):
+    torch = pytest.importorskip("torch")
+
+    class NoDunder(torch.Tensor):
+        def __dlpack__(self, *args, **kwargs):
+            raise AssertionError("__dlpack__ was called")
+
+    t = torch.arange(6, dtype=torch.float64).reshape(2, 3).as_subclass(NoDunder)
+    assert ext.total(t) == 15
+    assert ext.describe(t)[0] == t.data_ptr()
+
+
+def test_to_array_hands_the_tensor_to_dlpack_ref(ext):
+    x = np.arange(4.0).reshape(2, 2)
+    a = ext.to_array(x)
+    assert type(a) is dlpack_ref.Array and a.data_ptr == x.ctypes.data and a.tolist() == x.tolist()
+    cap, buf = ext.export(1, 2, versioned=False)
+    b = ext.capsule_to_array(cap)
+    assert b.data_ptr == buf.address and b.tolist() == [[0, 1.5]]
+
+
+def test_view_borrows_an_arrays_tensor(ext):
+    a = dlpack_ref.zeros((3, 5), dtype="float32")
+    assert ext.view(a) == (a.data_ptr, (3, 5))
+    with pytest.raises(TypeError, match="views Array objects, not ndarray"):
+        ext.view(np.zeros(2))
+
+
+def test_import_refuses_what_is_not_dlpack(ext):
+    with pytest.raises(TypeError, match="expected a DLPack producer or capsule, not list"):
+        ext.describe([1, 2])
+    with pytest.raises(TypeError, match="expected a DLPack capsule, not int"):
+        ext.take(3)
+
+
+# --- take: validation and ownership ---------------------------------------------
+
+def test_take_refuses_a_consumed_or_foreign_capsule(ext, factory):
+    cap = factory.make()
+    assert ext.take(cap) and factory.deleter_calls == 1
+    with pytest.raises(BufferError, match="already consumed"):
+        ext.take(cap)
+    with pytest.raises(BufferError, match="'other' is not a DLPack capsule"):
+        ext.take(factory.make(name=b"other"))
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"version": (2, 0)}, "version 2.0; major version 1"),
+    ({"strides": "null", "version": (1, 3)}, "strides is NULL"),
+    ({"shape": (2, -1)}, r"shape\[1\]=-1 is negative"),
+    ({"ndim": 65, "shape": (1,)}, "ndim=65 is out of range"),
+    ({"data": None}, "data is NULL"),
+], ids=["major-2", "null-strides-1.3", "negative-extent", "ndim-65", "null-data"])
+def test_take_rejects_a_bad_tensor_and_deletes_it_once(ext, factory, kwargs, message):
+    cap = factory.make(**kwargs)
+    with pytest.raises(BufferError, match=message):
+        ext.take(cap)
+    assert factory.deleter_calls == 1
+    assert capsule_name(cap) == b"used_dltensor_versioned"
+
+
+def test_take_accepts_null_strides_before_1_2(ext, factory):
+    cap = factory.make(strides="null", version=(1, 1))
+    assert ext.describe(cap)[2] is None
+    assert factory.deleter_calls == 1
