@@ -257,8 +257,9 @@ def test_dltensor_view_borrows_the_arrays_own_metadata():
 
 
 def test_dltensor_view_refuses_other_objects_with_type_error():
+    not_an_array = []  # kept alive: the function borrows it by address
     with pytest.raises(TypeError, match="views Array objects, not list"):
-        VIEW_T(our_table().dltensor_from_py_object_no_sync)(id([]), ctypes.byref(DLTensor()))
+        VIEW_T(our_table().dltensor_from_py_object_no_sync)(id(not_an_array), ctypes.byref(DLTensor()))
 
 
 def test_current_work_stream_on_cpu_is_null():
