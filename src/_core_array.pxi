@@ -522,11 +522,13 @@ cdef bint _is_f_contiguous(Array a) noexcept:
 
 
 cdef inline void _set_c_strides(Array a) noexcept:
-    cdef int64_t s = 1
+    # Unsigned: an empty array with huge extents has strides that overflow
+    # int64 (never used to address memory), and signed overflow is undefined.
+    cdef uint64_t s = 1
     cdef int i
     for i in range(a._ndim - 1, -1, -1):
-        a._strides[i] = s
-        s *= a._shape[i] if a._shape[i] > 0 else 1
+        a._strides[i] = <int64_t>s
+        s *= <uint64_t>(a._shape[i] if a._shape[i] > 0 else 1)
 
 
 cdef bint _wants_versioned(object max_version) except -1:

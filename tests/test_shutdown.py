@@ -1,0 +1,153 @@
+"""Interpreter shutdown: tensors that outlive the interpreter.
+
+Each case runs in a fresh interpreter and must exit with status 0, print
+nothing on stderr, and (where it can be observed) show that the deleter
+returned. After finalization the deleter cannot touch Python: it leaks the
+exported Array's reference on purpose (the process is ending) and frees only
+its own C block.
+"""
+
+import os
+import pathlib
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+TESTS = pathlib.Path(__file__).resolve().parent
+
+pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="uses the C library's atexit and pthreads")
+
+
+def run_script(body, *, timeout=60):
+    """Run body in a new interpreter that can import tests/test_threads.py."""
+    prelude = f"import sys; sys.path.insert(0, {str(TESTS)!r})\n"
+    return subprocess.run([sys.executable, "-c", prelude + textwrap.dedent(body)],
+                          capture_output=True, text=True, timeout=timeout,
+                          env=dict(os.environ, PYTHONFAULTHANDLER="1"))
+
+
+def assert_clean_exit(r, marker=None):
+    assert r.returncode == 0, f"exit status {r.returncode}\nstdout:\n{r.stdout}\nstderr:\n{r.stderr}"
+    assert r.stderr == "", r.stderr
+    if marker is not None:
+        assert marker in r.stdout, f"{marker!r} not printed:\n{r.stdout}"
+
+
+def test_deleter_called_after_finalization():
+    """A C library that still owns a tensor when the process exits calls its
+    deleter from a C atexit handler, after Py_FinalizeEx: the deleter must
+    see that Python is gone and return without touching it. A second handler,
+    registered first so that it runs last, proves the deleter returned."""
+    r = run_script("""
+        import ctypes
+        import dlpack_ref
+        from test_threads import take_ownership
+
+        libc = ctypes.CDLL(None)
+        try:
+            cxa_atexit = libc.__cxa_atexit
+        except AttributeError:
+            print("SKIP: no __cxa_atexit"); raise SystemExit(0)
+        cxa_atexit.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+        libc.strdup.restype = ctypes.c_void_p
+        libc.strdup.argtypes = [ctypes.c_char_p]
+        puts = ctypes.cast(libc.puts, ctypes.c_void_p).value
+
+        # Handlers run last-registered first: the marker prints after the deleters.
+        assert cxa_atexit(puts, libc.strdup(b"after-deleters"), None) == 0
+        for max_version in [(1, 3), None]:
+            a = dlpack_ref.zeros((1000,), dtype="float64")
+            deleter, address = take_ownership(a.__dlpack__(max_version=max_version))
+            assert cxa_atexit(deleter, address, None) == 0
+        del a
+        print("script end", flush=True)
+    """)
+    if "SKIP:" in r.stdout:
+        pytest.skip(r.stdout.strip())
+    assert_clean_exit(r, "after-deleters")
+    assert r.stdout.index("script end") < r.stdout.index("after-deleters")
+
+
+@pytest.mark.parametrize("switch_interval", [1e-6, 0.005, 100.0], ids=["eager", "default", "never"])
+def test_foreign_threads_release_while_the_interpreter_exits(switch_interval):
+    """Foreign threads (started with pthread_create while the GIL is held,
+    so they wait for it inside the deleter) race the main thread's exit.
+    Depending on timing a deleter runs before finalization, waits forever
+    for a GIL that is never released (the thread dies with the process), or
+    finds Python finalizing and leaks. Whichever it is: a clean exit."""
+    r = run_script(f"""
+        import ctypes, sys
+        import dlpack_ref
+        from test_threads import take_ownership
+
+        sys.setswitchinterval({switch_interval!r})
+        # PyDLL: the GIL stays held during the call, so the threads start
+        # and block in the deleter until the main thread lets the GIL go.
+        libc = ctypes.PyDLL(None)
+        create = libc.pthread_create
+        create.argtypes = [ctypes.POINTER(ctypes.c_ulong), ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+        keep = []
+        for i in range(16):
+            a = dlpack_ref.zeros((64,), dtype="float32")
+            deleter, address = take_ownership(a.__dlpack__(max_version=(1, 3)))
+            tid = ctypes.c_ulong()
+            assert create(ctypes.byref(tid), None, deleter, address) == 0
+            keep.append(tid)
+        print("main exits", flush=True)
+    """)
+    assert_clean_exit(r, "main exits")
+
+
+def test_live_exchanges_at_exit():
+    """Arrays, capsules and foreign views still alive in module globals and
+    in a reference cycle when the interpreter exits are torn down without a
+    crash: unconsumed capsules (ours and NumPy's), Arrays over NumPy and
+    PyTorch memory, NumPy and PyTorch views of Arrays."""
+    r = run_script("""
+        import dlpack_ref
+        import numpy as np
+        try:
+            import torch
+        except ImportError:
+            torch = None
+
+        src = dlpack_ref.zeros((8, 8), dtype="float32")
+        unconsumed = [src.__dlpack__(max_version=(1, 3)), src.__dlpack__(), np.ones(3).__dlpack__()]
+        views = [np.from_dlpack(src), dlpack_ref.from_dlpack(np.arange(5.0))]
+        if torch is not None:
+            views += [torch.from_dlpack(src), dlpack_ref.from_dlpack(torch.ones(4))]
+
+        class Cycle:
+            pass
+        c = Cycle()
+        c.self = c
+        c.arrays = [dlpack_ref.from_dlpack(src.__dlpack__(max_version=(1, 3))), src[1:3]]
+        del c
+        print("script end", flush=True)
+    """)
+    assert_clean_exit(r, "script end")
+
+
+def test_daemon_threads_exchanging_during_exit():
+    """Daemon threads still exporting and importing when the main thread
+    exits are stopped by the interpreter at a safe point: no crash, no
+    message."""
+    r = run_script("""
+        import threading, time
+        import dlpack_ref
+
+        src = dlpack_ref.zeros((32,), dtype="int64")
+
+        def churn():
+            while True:
+                dlpack_ref.from_dlpack(src.__dlpack__(max_version=(1, 3)))
+                dlpack_ref.from_dlpack(src.__dlpack__())
+
+        for _ in range(4):
+            threading.Thread(target=churn, daemon=True).start()
+        time.sleep(0.2)
+        print("main exits", flush=True)
+    """)
+    assert_clean_exit(r, "main exits")
