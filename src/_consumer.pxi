@@ -5,7 +5,6 @@
 cdef tuple _MAX_VERSION = (DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION)
 cdef tuple _KW_MAX_VERSION = ("max_version",)
 cdef object _DLPACK_NAME = "__dlpack__"
-cdef object _DLPACK_DEVICE_NAME = "__dlpack_device__"
 
 cdef extern from "Python.h":
     object PyObject_VectorcallMethod(object name, PyObject** args, size_t nargsf, object kwnames)

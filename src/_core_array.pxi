@@ -36,7 +36,7 @@ cdef DLDevice _parse_device(object device) except *:
     if type(device) is tuple and len(<tuple>device) == 2:
         t, i = <tuple>device
         if type(t) is int or isinstance(t, _DeviceType):
-            if type(i) is int and i >= 0 and _supported_or_known_device_type(t):
+            if type(i) is int and 0 <= i <= 0x7FFFFFFF and _is_dlpack_device_type(t):
                 d.device_type = <DLDeviceType><int>t
                 d.device_id = <int32_t>i
                 return d
@@ -46,7 +46,8 @@ cdef DLDevice _parse_device(object device) except *:
     return d
 
 
-cdef bint _supported_or_known_device_type(object t):
+cdef bint _is_dlpack_device_type(object t):
+    # DLPack 1.3 enumerates 1-18 except 5 and 6 (never assigned).
     return 1 <= t <= 18 and t != 5 and t != 6
 
 
