@@ -46,37 +46,35 @@ cdef Array _array_from_capsule(object capsule):
         f"a capsule named {shown} is not a DLPack capsule; expected 'dltensor_versioned' or 'dltensor'")
 
 
-cdef Array _array_from_versioned(DLManagedTensorVersioned* m):
+cdef Array _owner_of(void* managed, bint versioned):
+    """A fresh Array owning `managed`: from here on its __dealloc__ calls the
+    deleter whatever happens; if not even the Array can be made, it is
+    called here."""
     cdef Array a
     try:
         a = Array.__new__(Array)
     except BaseException:
-        if m.deleter != NULL:
-            m.deleter(m)
+        _call_deleter(managed, versioned)
         raise
-    a._managed = m
-    a._managed_versioned = True
+    a._managed = managed
+    a._managed_versioned = versioned
+    return a
+
+
+cdef Array _array_from_versioned(DLManagedTensorVersioned* m):
+    cdef Array a = _owner_of(m, True)
     if m.version.major != DLPACK_MAJOR_VERSION:
         raise BufferError(
             f"DLPack capsule has version {m.version.major}.{m.version.minor}; dlpack-ref reads major "
             f"version {DLPACK_MAJOR_VERSION} (ABI {DLPACK_MAJOR_VERSION}.{DLPACK_MINOR_VERSION}). "
             "The capsule's deleter was called.")
     # NULL strides meant row-major until DLPack 1.2 made them mandatory.
-    cdef bint null_strides_ok = m.version.minor < 2
-    _adopt(a, &m.dl_tensor, m.flags, null_strides_ok)
+    _adopt(a, &m.dl_tensor, m.flags, m.version.minor < 2)
     return a
 
 
 cdef Array _array_from_legacy(DLManagedTensor* m):
-    cdef Array a
-    try:
-        a = Array.__new__(Array)
-    except BaseException:
-        if m.deleter != NULL:
-            m.deleter(m)
-        raise
-    a._managed = m
-    a._managed_versioned = False
+    cdef Array a = _owner_of(m, False)
     _adopt(a, &m.dl_tensor, 0, True)
     return a
 
@@ -102,15 +100,7 @@ cdef int _adopt(Array a, DLTensor* t, uint64_t flags, bint null_strides_ok) exce
         raise BufferError(
             "DLTensor.strides is NULL with ndim > 0, which DLPack >= 1.2 forbids (NULL meant "
             "row-major only in legacy and pre-1.2 capsules)")
-    if nd > SMALL_NDIM:
-        a._shape = <int64_t*>malloc(sizeof(int64_t) * 2 * nd)
-        if a._shape == NULL:
-            raise MemoryError()
-        a._strides = a._shape + nd
-    else:
-        a._shape = &a._small[0]
-        a._strides = &a._small[SMALL_NDIM]
-    a._ndim = nd
+    _set_ndim(a, nd)
     for i in range(nd):
         extent = t.shape[i]
         if extent < 0:

@@ -153,17 +153,8 @@ cdef class Array:
         raise TypeError("Array cannot be created directly; use asarray, from_dlpack, empty or zeros")
 
     def __dealloc__(self):
-        cdef DLManagedTensorVersioned* mv
-        cdef DLManagedTensor* ml
         if self._managed != NULL:
-            if self._managed_versioned:
-                mv = <DLManagedTensorVersioned*>self._managed
-                if mv.deleter != NULL:
-                    mv.deleter(mv)
-            else:
-                ml = <DLManagedTensor*>self._managed
-                if ml.deleter != NULL:
-                    ml.deleter(ml)
+            _call_deleter(self._managed, self._managed_versioned)
             self._managed = NULL
         if self._shape != NULL and self._shape != &self._small[0]:
             free(self._shape)
@@ -466,6 +457,12 @@ cdef class Array:
 
 cdef inline Array _new_array(int32_t ndim):
     cdef Array a = Array.__new__(Array)
+    _set_ndim(a, ndim)
+    return a
+
+
+cdef inline int _set_ndim(Array a, int32_t ndim) except -1:
+    """Room for shape and strides: inside the object up to SMALL_NDIM."""
     if ndim <= SMALL_NDIM:
         a._shape = &a._small[0]
         a._strides = &a._small[SMALL_NDIM]
@@ -475,7 +472,20 @@ cdef inline Array _new_array(int32_t ndim):
             raise MemoryError()
         a._strides = a._shape + ndim
     a._ndim = ndim
-    return a
+    return 0
+
+
+cdef void _call_deleter(void* managed, bint versioned) noexcept:
+    cdef DLManagedTensorVersioned* mv
+    cdef DLManagedTensor* ml
+    if versioned:
+        mv = <DLManagedTensorVersioned*>managed
+        if mv.deleter != NULL:
+            mv.deleter(mv)
+    else:
+        ml = <DLManagedTensor*>managed
+        if ml.deleter != NULL:
+            ml.deleter(ml)
 
 
 cdef Array _view(Array src, int32_t ndim):
