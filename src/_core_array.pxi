@@ -795,9 +795,10 @@ cdef Array _basic_index(Array a, object key):
             raise IndexError(
                 f"only integers, slices, Ellipsis and None are valid indices (basic indexing), not {type(k).__name__}")
         else:
-            idx = k.__index__()
-            if idx < -size or idx >= size:
-                raise IndexError(f"index {idx} is out of bounds for axis {axis} with size {size}")
+            index = k.__index__()  # a Python int: any size is compared, none overflows
+            if index < -size or index >= size:
+                raise IndexError(f"index {index} is out of bounds for axis {axis} with size {size}")
+            idx = index
             if idx < 0:
                 idx += size
             offset += idx * stride

@@ -167,6 +167,7 @@ def test_writes_through_a_view_reach_the_base():
     ((0, 0, 0), IndexError, "too many indices for an Array of ndim 2: 3 given"),
     (3, IndexError, "index 3 is out of bounds for axis 0 with size 3"),
     (-4, IndexError, "index -4 is out of bounds for axis 0 with size 3"),
+    (2**70, IndexError, f"index {2**70} is out of bounds for axis 0 with size 3"),
     ((0, 4), IndexError, "index 4 is out of bounds for axis 1 with size 4"),
     ("x", IndexError, "only integers, slices, Ellipsis and None are valid indices.*not str"),
     (1.0, IndexError, "only integers, slices, Ellipsis and None are valid indices.*not float"),
