@@ -31,6 +31,10 @@ cdef int _api_allocator(DLTensor* prototype, DLManagedTensorVersioned** out, voi
                         void (*set_error)(void*, const char*, const char*) noexcept nogil) noexcept nogil:
     with gil:
         try:
+            if prototype == NULL or prototype.ndim < 0 or prototype.ndim > MAX_NDIM or (
+                    prototype.ndim > 0 and prototype.shape == NULL):
+                raise ValueError("the allocator's prototype must be a DLTensor with 0 to "
+                                 f"{MAX_NDIM} dimensions and a shape")
             shape = tuple([prototype.shape[i] for i in range(prototype.ndim)])
             a = _empty(shape, prototype.dtype, prototype.device)
             out[0] = _versioned_block(a, (<Array>a)._flags & FLAG_SUBBYTE_PADDED)

@@ -13,34 +13,13 @@ import pytest
 import dlpack_ref
 from dlpack_ref import Array
 from dlpack_ref.testing import (
-    NAME_USED_VERSIONED, NAME_VERSIONED, DLManagedTensorVersioned, DLPackVersion, DLTensor, capsule_name,
+    NAME_USED_VERSIONED, NAME_VERSIONED, DLManagedTensorVersioned, DLPackExchangeAPI, DLPackExchangeAPIHeader,
+    DLTensor, capsule_name,
 )
 
 NAME_EXCHANGE_API = b"dlpack_exchange_api"
 READ_ONLY, IS_COPIED, SUBBYTE_PADDED = 1, 2, 4
 KDLCPU, KDLOPENCL = 1, 4
-
-
-class DLPackExchangeAPIHeader(ctypes.Structure):
-    pass
-
-
-DLPackExchangeAPIHeader._fields_ = [
-    ("version", DLPackVersion),
-    ("prev_api", ctypes.POINTER(DLPackExchangeAPIHeader)),
-]
-
-
-class DLPackExchangeAPI(ctypes.Structure):
-    """The table; function pointers as raw addresses (0 for NULL)."""
-    _fields_ = [
-        ("header", DLPackExchangeAPIHeader),
-        ("managed_tensor_allocator", ctypes.c_void_p),
-        ("managed_tensor_from_py_object_no_sync", ctypes.c_void_p),
-        ("managed_tensor_to_py_object_no_sync", ctypes.c_void_p),
-        ("dltensor_from_py_object_no_sync", ctypes.c_void_p),
-        ("current_work_stream", ctypes.c_void_p),
-    ]
 
 
 # The allocator reports errors through SetError and takes the GIL itself
@@ -169,6 +148,20 @@ def test_allocator_reports_a_bad_prototype_through_set_error(dtype, device, kind
 def test_allocator_reports_a_negative_extent_as_value_error():
     rc, _, errors = allocate((2, -1))
     assert rc == -1 and errors[0][1] == b"ValueError" and b"negative dimension -1" in errors[0][2]
+
+
+@pytest.mark.parametrize("ndim, null_shape", [(-1, False), (65, False), (2, True)])
+def test_allocator_refuses_a_malformed_prototype_through_set_error(ndim, null_shape):
+    shape_c = (ctypes.c_int64 * 1)(4)
+    proto = DLTensor(data=None, ndim=ndim, shape=None if null_shape else ctypes.addressof(shape_c), strides=None)
+    proto.dtype.code, proto.dtype.bits, proto.dtype.lanes = (2, 32, 1)
+    proto.device.device_type, proto.device.device_id = (KDLCPU, 0)
+    out = ctypes.c_void_p(0)
+    errors = []
+    callback = SET_ERROR_T(lambda ctx, kind, msg: errors.append((kind, msg)))
+    rc = ALLOCATOR_T(our_table().managed_tensor_allocator)(ctypes.byref(proto), ctypes.byref(out), None, callback)
+    assert rc == -1 and out.value is None
+    assert errors == [(b"ValueError", b"the allocator's prototype must be a DLTensor with 0 to 64 dimensions and a shape")]
 
 
 def test_allocator_without_set_error_still_fails_cleanly():
