@@ -11,6 +11,7 @@ from __future__ import annotations
 __all__ = ["DType", "DTypeCode", "as_dtype", "DTYPES"]
 
 import enum
+import sys
 
 
 class DTypeCode(enum.IntEnum):
@@ -132,7 +133,6 @@ _ALIASES = {
     "bool_": "bool", "float": "float64", "double": "float64", "half": "float16",
     "complex": "complex128", "cfloat": "complex64", "cdouble": "complex128",
     "int": "int64", "long": "int64", "short": "int16", "byte": "int8",
-    "float4_e2m1fn_x2": "float4_e2m1fn_x2",
 }
 
 # PEP 3118 / NumPy ``dtype.str`` characters of the types that have one.
@@ -211,8 +211,6 @@ def as_dtype(obj) -> DType:
 
 
 def _numpy_dtype(obj) -> DType | None:
-    import sys
-
     np = sys.modules.get("numpy")
     # numpy.dtype(None) is float64: None must not mean a dtype only when NumPy is loaded.
     if np is None or obj is None:

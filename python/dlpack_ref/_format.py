@@ -3,6 +3,7 @@ dtype), ``tolist`` and ``repr``. Not on the exchange hot path."""
 
 from __future__ import annotations
 
+import bisect
 import math
 import struct
 from functools import lru_cache
@@ -97,7 +98,6 @@ def encode_minifloat(name: str, value: float) -> int:
             if nan_code is not None:
                 return nan_code
         return finite[-1][1] if value > 0 else finite[0][1]
-    import bisect
     i = bisect.bisect_left(finite, (value, -1))
     candidates = [finite[j] for j in (i - 1, i) if 0 <= j < len(finite)]
     best = min(candidates, key=lambda vc: (abs(vc[0] - value), vc[1] & 1))

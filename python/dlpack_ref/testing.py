@@ -66,6 +66,8 @@ __all__ = [
     "DLTensor",
     "DLManagedTensor",
     "DLManagedTensorVersioned",
+    "DLPackExchangeAPIHeader",
+    "DLPackExchangeAPI",
     "FLAG_READ_ONLY",
     "FLAG_IS_COPIED",
     "FLAG_IS_SUBBYTE_TYPE_PADDED",
@@ -145,6 +147,30 @@ class DLManagedTensorVersioned(ctypes.Structure):
     ]
 
 
+class DLPackExchangeAPIHeader(ctypes.Structure):
+    """``DLPackExchangeAPIHeader``: ``version`` and ``prev_api`` (a pointer
+    to the header of an older table, NULL at the end of the chain)."""
+
+
+DLPackExchangeAPIHeader._fields_ = [
+    ("version", DLPackVersion),
+    ("prev_api", ctypes.POINTER(DLPackExchangeAPIHeader)),
+]
+
+
+class DLPackExchangeAPI(ctypes.Structure):
+    """``DLPackExchangeAPI`` (behind a ``dlpack_exchange_api`` capsule); the
+    function pointers are raw addresses (0 for NULL)."""
+    _fields_ = [
+        ("header", DLPackExchangeAPIHeader),
+        ("managed_tensor_allocator", ctypes.c_void_p),
+        ("managed_tensor_from_py_object_no_sync", ctypes.c_void_p),
+        ("managed_tensor_to_py_object_no_sync", ctypes.c_void_p),
+        ("dltensor_from_py_object_no_sync", ctypes.c_void_p),
+        ("current_work_stream", ctypes.c_void_p),
+    ]
+
+
 # --- the Python C API through ctypes ---------------------------------------
 # Every PyObject* argument is passed as c_void_p: the capsule destructor runs
 # while the capsule is being deallocated, and a py_object argument would
@@ -152,22 +178,18 @@ class DLManagedTensorVersioned(ctypes.Structure):
 
 _DELETER_T = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 
-_api = ctypes.pythonapi
-_PyCapsule_New = _api.PyCapsule_New
-_PyCapsule_New.restype = ctypes.py_object
-_PyCapsule_New.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
-_PyCapsule_GetName = _api.PyCapsule_GetName
-_PyCapsule_GetName.restype = ctypes.c_void_p
-_PyCapsule_GetName.argtypes = [ctypes.c_void_p]
-_PyCapsule_GetPointer = _api.PyCapsule_GetPointer
-_PyCapsule_GetPointer.restype = ctypes.c_void_p
-_PyCapsule_GetPointer.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
-_PyCapsule_GetContext = _api.PyCapsule_GetContext
-_PyCapsule_GetContext.restype = ctypes.c_void_p
-_PyCapsule_GetContext.argtypes = [ctypes.c_void_p]
-_PyCapsule_SetContext = _api.PyCapsule_SetContext
-_PyCapsule_SetContext.restype = ctypes.c_int
-_PyCapsule_SetContext.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+
+def _c_api(name: str, restype, *argtypes):
+    """A private prototype of a Python C API function: setting argtypes on
+    ctypes.pythonapi's function objects would change them for every module."""
+    return ctypes.PYFUNCTYPE(restype, *argtypes)((name, ctypes.pythonapi))
+
+
+_PyCapsule_New = _c_api("PyCapsule_New", ctypes.py_object, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
+_PyCapsule_GetName = _c_api("PyCapsule_GetName", ctypes.c_void_p, ctypes.c_void_p)
+_PyCapsule_GetPointer = _c_api("PyCapsule_GetPointer", ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
+_PyCapsule_GetContext = _c_api("PyCapsule_GetContext", ctypes.c_void_p, ctypes.c_void_p)
+_PyCapsule_SetContext = _c_api("PyCapsule_SetContext", ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
 
 # Capsules keep a pointer to their name, not a copy: every name ever used
 # stays alive here (a handful of short strings).

@@ -300,9 +300,6 @@ def _tvm_ffi():
     def tolist(x):
         return np.from_dlpack(x).tolist()
 
-    def data_ptr(r):
-        return r.data_ptr if isinstance(r.data_ptr, int) else r.data_ptr()
-
     producer = Producer("tvm_ffi", factory, tolist=tolist, views=lambda: {})
     consumer = Consumer("tvm_ffi", tvm_ffi.from_dlpack, tolist=tolist, spec="tvm_ffi")
     return producer, consumer

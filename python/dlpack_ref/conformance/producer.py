@@ -119,6 +119,22 @@ def _must_succeed(what: str, fn):
         raise CheckFailed(f"{what} raised", e) from e
 
 
+def _read_export(what: str, fn) -> dict:
+    """The fields of the capsule ``fn`` exports; CheckFailed naming ``what`` when it raises."""
+    return _t.read_capsule(_must_succeed(what, fn))
+
+
+def _flag_set(info: dict, bit: int, legacy: str, missing: str) -> str:
+    """Pass detail when ``bit`` is set in a versioned capsule's flags;
+    NotSupported(legacy) for a legacy capsule, CheckFailed(missing) when unset."""
+    if not info["versioned"]:
+        raise NotSupported(legacy)
+    flags = f"flags={info['flags']:#x}"
+    if not info["flags"] & bit:
+        raise CheckFailed(f"{flags}: {missing}")
+    return flags
+
+
 def _refused_with_buffererror(what: str, fn) -> str:
     try:
         capsule = fn()
@@ -179,8 +195,7 @@ def _versioned_capsule(p: Producer) -> str:
         "array-api", "array.__dlpack__, max_version")
 def _newer_major(p: Producer) -> str:
     x = p.make("float32", (2, 3))
-    info = _t.read_capsule(_must_succeed("__dlpack__(max_version=(2, 0))",
-                                         lambda: _export(x, max_version=(2, 0))))
+    info = _read_export("__dlpack__(max_version=(2, 0))", lambda: _export(x, max_version=(2, 0)))
     if info["versioned"] and info["version"][0] > 2:
         raise CheckFailed(f"stamped {info['version']}, newer than asked")
     return f"capsule {info['name'].decode()} version {info['version']}"
@@ -206,7 +221,7 @@ def _strides_not_null(p: Producer) -> str:
         "array-api", "from_dlpack / __dlpack__ (any array, including 0-d)")
 def _zero_dim(p: Producer) -> str:
     x = p.make("float64", ())
-    info = _t.read_capsule(_must_succeed("__dlpack__ of a 0-d array", lambda: _export_any(x)))
+    info = _read_export("__dlpack__ of a 0-d array", lambda: _export_any(x))
     if info["ndim"] != 0:
         raise CheckFailed(f"ndim {info['ndim']} for a 0-d array")
     got, want = _dr_values(x), p.values(x)
@@ -219,7 +234,7 @@ def _zero_dim(p: Producer) -> str:
         "array-api", "from_dlpack / __dlpack__ (any array, including empty)")
 def _size_zero(p: Producer) -> str:
     x = p.make("float32", (0, 3))
-    info = _t.read_capsule(_must_succeed("__dlpack__ of a (0, 3) array", lambda: _export_any(x)))
+    info = _read_export("__dlpack__ of a (0, 3) array", lambda: _export_any(x))
     if info["shape"] != (0, 3):
         raise CheckFailed(f"shape {info['shape']}, expected (0, 3)")
     a = _must_succeed("dlpack_ref.from_dlpack of it", lambda: dlpack_ref.from_dlpack(x))
@@ -232,12 +247,9 @@ def _size_zero(p: Producer) -> str:
         "header", "DLPACK_FLAG_BITMASK_READ_ONLY; DLManagedTensorVersioned.flags")
 def _read_only_flag(p: Producer) -> str:
     x = p.make("float64", (2, 3), readonly=True)
-    info = _t.read_capsule(_must_succeed("__dlpack__(max_version=(1, 3))", lambda: _export(x, max_version=V13)))
-    if not info["versioned"]:
-        raise NotSupported("only legacy capsules, which cannot carry READ_ONLY")
-    if not info["flags"] & READ_ONLY:
-        raise CheckFailed(f"flags={info['flags']:#x}: READ_ONLY not set for read-only data")
-    return f"flags={info['flags']:#x}"
+    info = _read_export("__dlpack__(max_version=(1, 3))", lambda: _export(x, max_version=V13))
+    return _flag_set(info, READ_ONLY, "only legacy capsules, which cannot carry READ_ONLY",
+                     "READ_ONLY not set for read-only data")
 
 
 @_check("producer.read_only_legacy_refused",
@@ -297,12 +309,8 @@ def _copy_true_flag(p: Producer) -> str:
         cap = x.__dlpack__(max_version=V13, copy=True)
     except (BufferError, TypeError) as e:
         raise NotSupported("copy=True is not supported", e) from e
-    info = _t.read_capsule(cap)
-    if not info["versioned"]:
-        raise NotSupported("legacy capsule: no flags to set")
-    if not info["flags"] & IS_COPIED:
-        raise CheckFailed(f"flags={info['flags']:#x}: IS_COPIED not set on a copy")
-    return f"flags={info['flags']:#x}"
+    return _flag_set(_t.read_capsule(cap), IS_COPIED, "legacy capsule: no flags to set",
+                     "IS_COPIED not set on a copy")
 
 
 @_check("producer.copy_false_no_copy",
@@ -433,7 +441,7 @@ def _scalar(p: Producer) -> str:
         raise NotSupported("the library has no scalar type separate from 0-d arrays")
     if not hasattr(s, "__dlpack__"):
         raise NotSupported(f"{type(s).__module__}.{type(s).__name__} scalars have no __dlpack__")
-    info = _t.read_capsule(_must_succeed("__dlpack__ of a scalar", lambda: _export_any(s)))
+    info = _read_export("__dlpack__ of a scalar", lambda: _export_any(s))
     if info["ndim"] != 0:
         raise CheckFailed(f"scalar exported with ndim {info['ndim']}")
     return f"0-d, value {_dr_values(s)!r}"
@@ -593,19 +601,6 @@ def _view_values(p: Producer) -> str:
 
 # --- the C exchange API ------------------------------------------------------------------------
 
-class _ExchangeAPIHeader(ctypes.Structure):
-    _fields_ = [("version", _t.DLPackVersion), ("prev_api", ctypes.c_void_p)]
-
-
-class _ExchangeAPI(ctypes.Structure):
-    _fields_ = [("header", _ExchangeAPIHeader),
-                ("managed_tensor_allocator", ctypes.c_void_p),
-                ("managed_tensor_from_py_object_no_sync", ctypes.c_void_p),
-                ("managed_tensor_to_py_object_no_sync", ctypes.c_void_p),
-                ("dltensor_from_py_object_no_sync", ctypes.c_void_p),
-                ("current_work_stream", ctypes.c_void_p)]
-
-
 _SET_ERROR_T = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p)
 _ALLOCATOR_T = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.POINTER(_t.DLTensor), ctypes.POINTER(ctypes.c_void_p),
                                  ctypes.c_void_p, _SET_ERROR_T)
@@ -613,13 +608,9 @@ _FROM_PY_T = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.POINTER(ct
 _TO_PY_T = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p))
 _VIEW_T = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.POINTER(_t.DLTensor))
 _STREAM_T = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_int32, ctypes.c_int32, ctypes.POINTER(ctypes.c_void_p))
-# Own prototypes: ctypes.pythonapi's function objects are shared with every
-# other module, so their argtypes must not be changed.
-_capsule_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(
-    ("PyCapsule_GetPointer", ctypes.pythonapi))
-_capsule_valid = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.c_char_p)(
-    ("PyCapsule_IsValid", ctypes.pythonapi))
-_decref = ctypes.PYFUNCTYPE(None, ctypes.c_void_p)(("Py_DecRef", ctypes.pythonapi))
+_capsule_pointer = _t._c_api("PyCapsule_GetPointer", ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)
+_capsule_valid = _t._c_api("PyCapsule_IsValid", ctypes.c_int, ctypes.py_object, ctypes.c_char_p)
+_decref = _t._c_api("Py_DecRef", None, ctypes.c_void_p)
 
 
 def _call_deleter(address: int) -> None:
@@ -639,11 +630,11 @@ def _exchange_api(p: Producer) -> str:
         raise NotSupported(f"{type(x).__name__} has no __dlpack_c_exchange_api__")
     if type(cap).__name__ != "PyCapsule" or not _capsule_valid(cap, b"dlpack_exchange_api"):
         raise CheckFailed(f"__dlpack_c_exchange_api__ is {cap!r}, not a capsule named 'dlpack_exchange_api'")
-    api = _ExchangeAPI.from_address(_capsule_pointer(cap, b"dlpack_exchange_api"))
+    api = _t.DLPackExchangeAPI.from_address(_capsule_pointer(cap, b"dlpack_exchange_api"))
     version = (api.header.version.major, api.header.version.minor)
     if version[0] != 1:
         raise NotSupported(f"table version {version}; this checker reads major 1")
-    missing = [f for f, _ in _ExchangeAPI._fields_[1:]
+    missing = [f for f, _ in _t.DLPackExchangeAPI._fields_[1:]
                if f != "dltensor_from_py_object_no_sync" and not getattr(api, f)]
     if missing:
         raise CheckFailed(f"NULL function pointers in a version {version} table: {', '.join(missing)}")
