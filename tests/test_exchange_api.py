@@ -14,7 +14,7 @@ import dlpack_ref
 from dlpack_ref import Array
 from dlpack_ref.testing import (
     NAME_USED_VERSIONED, NAME_VERSIONED, DLManagedTensorVersioned, DLPackExchangeAPI, DLPackExchangeAPIHeader,
-    DLTensor, capsule_name,
+    DLTensor, _c_api, capsule_name,
 )
 
 NAME_EXCHANGE_API = b"dlpack_exchange_api"
@@ -35,12 +35,6 @@ STREAM_T = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_int32, ctypes.c_int32, ctype
 # A table function written in Python (a callback C calls with the GIL held).
 FROM_PY_CALLBACK_T = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p))
 DELETER_T = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
-
-# Own prototypes of the C API functions (setting argtypes on
-# ctypes.pythonapi's shared function objects would change them for everyone).
-def _c_api(name, restype, *argtypes):
-    return ctypes.PYFUNCTYPE(restype, *argtypes)((name, ctypes.pythonapi))
-
 
 _PyCapsule_GetPointer = _c_api("PyCapsule_GetPointer", ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)
 _PyCapsule_SetName = _c_api("PyCapsule_SetName", ctypes.c_int, ctypes.py_object, ctypes.c_char_p)

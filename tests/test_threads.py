@@ -21,6 +21,7 @@ from dlpack_ref.testing import (
     NAME_USED_VERSIONED,
     NAME_VERSIONED,
     CapsuleFactory,
+    _c_api,
     capsule_name,
     read_capsule,
 )
@@ -29,9 +30,7 @@ N_THREADS = 8
 ROUNDS = 500
 
 _DELETER_T = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
-_SetName = ctypes.pythonapi.PyCapsule_SetName
-_SetName.restype = ctypes.c_int
-_SetName.argtypes = [ctypes.py_object, ctypes.c_char_p]
+_SetName = _c_api("PyCapsule_SetName", ctypes.c_int, ctypes.py_object, ctypes.c_char_p)
 # PyCapsule_SetName stores the pointer: the names must outlive the capsules.
 _USED_NAMES = {NAME_VERSIONED: ctypes.c_char_p(NAME_USED_VERSIONED),
                b"dltensor": ctypes.c_char_p(NAME_USED_LEGACY)}
