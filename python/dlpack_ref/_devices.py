@@ -4,7 +4,7 @@ the exports that consult it."""
 
 from __future__ import annotations
 
-__all__ = ["DeviceType", "Device", "as_device", "C_ENUMERATORS"]
+__all__ = ["DeviceType", "Device", "as_device", "C_ENUMERATORS", "SUPPORTED", "HOST_ACCESSIBLE", "CUDA_FAMILY", "CUDA_DEVICE_BOUND"]
 
 import enum
 
@@ -51,6 +51,19 @@ C_ENUMERATORS = {
     DeviceType.MAIA: "kDLMAIA",
     DeviceType.TRN: "kDLTrn",
 }
+
+# The device families: the one place they are written. The core builds its C
+# predicates from these sets at import; the CUDA layer and the conformance
+# checker read them from here.
+
+#: Memory dlpack-ref can hold, import and allocate.
+SUPPORTED = frozenset({DeviceType.CPU, DeviceType.CUDA, DeviceType.CPU_PINNED, DeviceType.CUDA_MANAGED})
+#: Memory the host reads and writes in place.
+HOST_ACCESSIBLE = frozenset({DeviceType.CPU, DeviceType.CPU_PINNED, DeviceType.CUDA_MANAGED})
+#: Memory allocated, copied and ordered through the CUDA driver.
+CUDA_FAMILY = frozenset({DeviceType.CUDA, DeviceType.CPU_PINNED, DeviceType.CUDA_MANAGED})
+#: CUDA memory whose device id names a GPU (pinned host memory has none).
+CUDA_DEVICE_BOUND = frozenset({DeviceType.CUDA, DeviceType.CUDA_MANAGED})
 
 _BY_NAME = {m.name.lower(): m for m in DeviceType}
 _BY_NAME.update({"gpu": DeviceType.CUDA, "pinned": DeviceType.CPU_PINNED, "managed": DeviceType.CUDA_MANAGED})

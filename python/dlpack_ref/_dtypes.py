@@ -42,13 +42,15 @@ class DType:
     """A DLPack data type. Instances are unique per ``(code, bits, lanes)``:
     compare them with ``==`` or ``is``."""
 
-    __slots__ = ("name", "code", "bits", "lanes", "_kind", "__weakref__")
+    __slots__ = ("name", "code", "bits", "lanes", "format", "_kind", "__weakref__")
 
-    def __init__(self, name: str, code: int, bits: int, lanes: int, kind: str):
+    def __init__(self, name: str, code: int, bits: int, lanes: int, kind: str, format: str | None):
         self.name = name
         self.code = DTypeCode(code)
         self.bits = bits
         self.lanes = lanes
+        #: The PEP 3118 buffer-protocol (and ``struct``) format, None when the type has none.
+        self.format = format
         self._kind = kind
 
     def __dlpack_data_type__(self) -> tuple[int, int, int]:
@@ -88,46 +90,49 @@ class DType:
         return (as_dtype, (self.name,))
 
 
+# name, DLDataTypeCode, bits, lanes, array API kind, PEP 3118 format: the one
+# dtype table; every other dtype lookup (the core's, the buffer protocol's,
+# the conformance checker's) is derived from it.
 _SPECS = [
-    ("bool", 6, 8, 1, "bool"),
-    ("int8", 0, 8, 1, "signed integer"),
-    ("int16", 0, 16, 1, "signed integer"),
-    ("int32", 0, 32, 1, "signed integer"),
-    ("int64", 0, 64, 1, "signed integer"),
-    ("uint8", 1, 8, 1, "unsigned integer"),
-    ("uint16", 1, 16, 1, "unsigned integer"),
-    ("uint32", 1, 32, 1, "unsigned integer"),
-    ("uint64", 1, 64, 1, "unsigned integer"),
-    ("float16", 2, 16, 1, "real floating"),
-    ("float32", 2, 32, 1, "real floating"),
-    ("float64", 2, 64, 1, "real floating"),
-    ("bfloat16", 4, 16, 1, "real floating"),
-    ("complex64", 5, 64, 1, "complex floating"),
-    ("complex128", 5, 128, 1, "complex floating"),
-    ("float8_e3m4", 7, 8, 1, "real floating"),
-    ("float8_e4m3", 8, 8, 1, "real floating"),
-    ("float8_e4m3b11fnuz", 9, 8, 1, "real floating"),
-    ("float8_e4m3fn", 10, 8, 1, "real floating"),
-    ("float8_e4m3fnuz", 11, 8, 1, "real floating"),
-    ("float8_e5m2", 12, 8, 1, "real floating"),
-    ("float8_e5m2fnuz", 13, 8, 1, "real floating"),
-    ("float8_e8m0fnu", 14, 8, 1, "real floating"),
-    ("float6_e2m3fn", 15, 6, 1, "real floating"),
-    ("float6_e3m2fn", 16, 6, 1, "real floating"),
-    ("float4_e2m1fn", 17, 4, 1, "real floating"),
+    ("bool", 6, 8, 1, "bool", '?'),
+    ("int8", 0, 8, 1, "signed integer", 'b'),
+    ("int16", 0, 16, 1, "signed integer", 'h'),
+    ("int32", 0, 32, 1, "signed integer", 'i'),
+    ("int64", 0, 64, 1, "signed integer", 'q'),
+    ("uint8", 1, 8, 1, "unsigned integer", 'B'),
+    ("uint16", 1, 16, 1, "unsigned integer", 'H'),
+    ("uint32", 1, 32, 1, "unsigned integer", 'I'),
+    ("uint64", 1, 64, 1, "unsigned integer", 'Q'),
+    ("float16", 2, 16, 1, "real floating", 'e'),
+    ("float32", 2, 32, 1, "real floating", 'f'),
+    ("float64", 2, 64, 1, "real floating", 'd'),
+    ("bfloat16", 4, 16, 1, "real floating", None),
+    ("complex64", 5, 64, 1, "complex floating", 'Zf'),
+    ("complex128", 5, 128, 1, "complex floating", 'Zd'),
+    ("float8_e3m4", 7, 8, 1, "real floating", None),
+    ("float8_e4m3", 8, 8, 1, "real floating", None),
+    ("float8_e4m3b11fnuz", 9, 8, 1, "real floating", None),
+    ("float8_e4m3fn", 10, 8, 1, "real floating", None),
+    ("float8_e4m3fnuz", 11, 8, 1, "real floating", None),
+    ("float8_e5m2", 12, 8, 1, "real floating", None),
+    ("float8_e5m2fnuz", 13, 8, 1, "real floating", None),
+    ("float8_e8m0fnu", 14, 8, 1, "real floating", None),
+    ("float6_e2m3fn", 15, 6, 1, "real floating", None),
+    ("float6_e3m2fn", 16, 6, 1, "real floating", None),
+    ("float4_e2m1fn", 17, 4, 1, "real floating", None),
     # PyTorch's float4_e2m1fn_x2: one byte holding two float4 values, which
     # PyTorch exports as lanes=2.
-    ("float4_e2m1fn_x2", 17, 4, 2, "real floating"),
+    ("float4_e2m1fn_x2", 17, 4, 2, "real floating", None),
 ]
 
 #: name -> DType, every type dlpack-ref knows.
 DTYPES: dict[str, DType] = {}
 _BY_TRIPLE: dict[tuple[int, int, int], DType] = {}
-for _name, _code, _bits, _lanes, _kind in _SPECS:
-    _dt = DType(_name, _code, _bits, _lanes, _kind)
+for _name, _code, _bits, _lanes, _kind, _format in _SPECS:
+    _dt = DType(_name, _code, _bits, _lanes, _kind, _format)
     DTYPES[_name] = _dt
     _BY_TRIPLE[(_code, _bits, _lanes)] = _dt
-del _name, _code, _bits, _lanes, _kind, _dt
+del _name, _code, _bits, _lanes, _kind, _format, _dt
 
 _ALIASES = {
     "bool_": "bool", "float": "float64", "double": "float64", "half": "float16",
