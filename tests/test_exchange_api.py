@@ -13,33 +13,21 @@ import pytest
 import dlpack_ref
 from dlpack_ref import Array
 from dlpack_ref.testing import (
-    NAME_USED_VERSIONED, NAME_VERSIONED, DLManagedTensorVersioned, DLPackExchangeAPI, DLPackExchangeAPIHeader,
-    DLTensor, _c_api, capsule_name,
+    ALLOCATOR_T, DELETER_T, FROM_PY_T, NAME_EXCHANGE_API, NAME_USED_VERSIONED, NAME_VERSIONED, SET_ERROR_T, STREAM_T,
+    TO_PY_T, VIEW_T, DLManagedTensorVersioned, DLPackExchangeAPI, DLPackExchangeAPIHeader, DLTensor, c_api,
+    capsule_name,
 )
 
-NAME_EXCHANGE_API = b"dlpack_exchange_api"
 READ_ONLY, IS_COPIED, SUBBYTE_PADDED = 1, 2, 4
 KDLCPU, KDLOPENCL = 1, 4
 
-
-# The allocator reports errors through SetError and takes the GIL itself
-# (CFUNCTYPE releases it for the call); the other four run with the GIL held
-# and report a Python exception (PYFUNCTYPE keeps the GIL and raises it).
-SET_ERROR_T = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p)
-ALLOCATOR_T = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(DLTensor), ctypes.POINTER(ctypes.c_void_p),
-                               ctypes.c_void_p, SET_ERROR_T)
-FROM_PY_T = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p))
-TO_PY_T = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p))
-VIEW_T = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(DLTensor))
-STREAM_T = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_int32, ctypes.c_int32, ctypes.POINTER(ctypes.c_void_p))
 # A table function written in Python (a callback C calls with the GIL held).
 FROM_PY_CALLBACK_T = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p))
-DELETER_T = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 
-_PyCapsule_GetPointer = _c_api("PyCapsule_GetPointer", ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)
-_PyCapsule_SetName = _c_api("PyCapsule_SetName", ctypes.c_int, ctypes.py_object, ctypes.c_char_p)
-_PyCapsule_New = _c_api("PyCapsule_New", ctypes.py_object, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p)
-_Py_DecRef = _c_api("Py_DecRef", None, ctypes.c_void_p)
+_PyCapsule_GetPointer = c_api("PyCapsule_GetPointer", ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)
+_PyCapsule_SetName = c_api("PyCapsule_SetName", ctypes.c_int, ctypes.py_object, ctypes.c_char_p)
+_PyCapsule_New = c_api("PyCapsule_New", ctypes.py_object, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p)
+_Py_DecRef = c_api("Py_DecRef", None, ctypes.c_void_p)
 
 
 def our_table() -> DLPackExchangeAPI:
