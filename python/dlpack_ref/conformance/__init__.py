@@ -21,6 +21,7 @@ through the array API), ``gate`` (allowances), ``report``, ``cli``,
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Callable
 
 from .gate import AllowList
@@ -29,7 +30,7 @@ from .runner import rules, run
 
 __all__ = [
     "SOURCES", "AllowList", "CheckFailed", "NotSupported", "Result", "Rule", "Status", "Producer", "Consumer",
-    "Subject", "check", "assert_conforms", "format_results", "rules", "subject_of",
+    "Subject", "Suite", "check", "assert_conforms", "conformance_tests", "format_results", "rules", "subject_of",
 ]
 
 
@@ -101,3 +102,59 @@ def assert_conforms(producer_factory=None, from_dlpack=None, *, allow: tuple[str
     if bad:
         raise AssertionError(f"{len(bad)} DLPack conformance check(s) failed:\n" + format_results(bad))
     return results
+
+
+@dataclasses.dataclass
+class Suite:
+    """What :func:`conformance_tests` returns: the pytest plugin turns it into
+    one test per rule."""
+
+    subject: Subject
+    allow: AllowList
+    marks: dict[str, Any]
+
+
+def conformance_tests(library: str | None = None, *, producer_factory=None, from_dlpack=None,
+                      name: str | None = None, allow: tuple[str, ...] = (), allow_file: str | None = None,
+                      marks: dict[str, Any] | None = None, **producer_options: Any) -> Suite:
+    """The conformance rules as pytest tests: assign the result to a
+    ``test_*`` name in a test module and the plugin (installed with
+    dlpack-ref, entry point ``pytest11``) collects one test per rule, named by
+    its rule id (``-k copy_true`` selects), each case in a child process.
+
+    Parameters
+    ----------
+    library : str, optional
+        A spec for :func:`adapters.subject`: a known library (``"numpy"``) or
+        ``"module"`` / ``"module:from_dlpack"`` (the generic array-API adapter).
+    producer_factory, from_dlpack, **producer_options
+        Instead of ``library``: what :func:`subject_of` takes (lambdas work:
+        the cases run in a forked child).
+    name : str, optional
+        The library's name in results and allow files (default: ``library``, else "library").
+    allow : tuple of str
+        Rule ids (or patterns) expected to fail: their tests are marked xfail.
+    allow_file : str, optional
+        An allow file (``LIBRARY RULE REASON`` lines, see :mod:`.gate`).
+    marks : dict, optional
+        Rule id (or pattern) -> a pytest mark (``pytest.mark.xfail(...)``,
+        ``pytest.mark.skip(...)``) added to that rule's test.
+
+    Returns
+    -------
+    Suite
+
+    Raises
+    ------
+    ImportError
+        When ``library`` cannot be imported.
+    """
+    from . import adapters
+    if library is not None:
+        subject = adapters.subject(library)
+        if name is not None:
+            subject = dataclasses.replace(subject, name=name)
+    else:
+        subject = subject_of(producer_factory, from_dlpack, name=name or "library", **producer_options)
+    allowed = AllowList.read(allow_file) if allow_file else AllowList()
+    return Suite(subject, allowed.plus(list(allow), "allowed in conformance_tests(allow=...)"), dict(marks or {}))

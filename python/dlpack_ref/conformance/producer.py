@@ -539,8 +539,8 @@ def _view_values(p: Producer) -> str:
 # --- the C exchange API ------------------------------------------------------------------------
 
 _decref = c_api("Py_DecRef", None, ctypes.c_void_p)
-# Called through PYFUNCTYPE, which raises the exception a C call left set:
-# how a Python exception set by a function called like C (the allocator) shows.
+# Called through PYFUNCTYPE, which raises an exception a C call left set (the
+# allocator is called like C; ctypes may also raise SystemError for it itself).
 _raise_pending = c_api("PyErr_Occurred", ctypes.c_void_p)
 _new_capsule = c_api("PyCapsule_New", ctypes.py_object, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p)
 
@@ -619,8 +619,8 @@ def _check_allocator(api: DLPackExchangeAPI) -> str:
     proto.dtype.code, proto.dtype.bits, proto.dtype.lanes = 2, 32, 1
     alloc = ctypes.c_void_p()
     set_error = SET_ERROR_T(lambda ctx, kind, msg: errors.append((kind, msg)))
-    rc = ALLOCATOR_T(api.managed_tensor_allocator)(ctypes.byref(proto), ctypes.byref(alloc), None, set_error)
     try:
+        rc = ALLOCATOR_T(api.managed_tensor_allocator)(ctypes.byref(proto), ctypes.byref(alloc), None, set_error)
         _raise_pending()
     except Exception as e:
         raise CheckFailed("managed_tensor_allocator (required) set a Python exception instead of "

@@ -13,6 +13,7 @@ in flight is reported as crashed and a fresh worker takes the rest.
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import os
 import queue
@@ -122,6 +123,9 @@ class _Forked:
         if pid == 0:  # the child: never returns into the caller's code
             try:
                 os.close(read)
+                # A crash is the expected outcome of some cases: no traceback
+                # dump into the parent's stderr (pytest enables faulthandler).
+                faulthandler.disable()
                 null = os.open(os.devnull, os.O_RDWR)
                 for fd in (0, 1, 2):
                     os.dup2(null, fd)
