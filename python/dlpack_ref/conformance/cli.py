@@ -25,7 +25,8 @@ libraries:
   importable module is checked through the generic array-API adapter
   (asarray, reshape and dtype attributes make arrays; values are read by
   indexing and through DLPack): --library mylib, or --library
-  mylib.sub:from_dlpack to name the from_dlpack to check.
+  module:from_dlpack (e.g. mylib.sub:from_dlpack) to name the from_dlpack to
+  check.
 
 formats (--format, the report goes to stdout, progress to stderr):
   table      plain text: per-library summary, producer and consumer grids,
@@ -79,11 +80,8 @@ def _parser(prog: str) -> argparse.ArgumentParser:
 class _Progress:
     """Counts on stderr while a phase runs."""
 
-    def __init__(self, stream=sys.stderr):
-        self.stream = stream
-
     def say(self, msg: str) -> None:
-        print(msg, file=self.stream, flush=True)
+        print(msg, file=sys.stderr, flush=True)
 
     def phase(self, label: str, total: int):
         state = {"done": 0, "failing": 0, "start": time.monotonic()}
