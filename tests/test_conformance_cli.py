@@ -93,7 +93,7 @@ def test_a_missing_library_that_was_asked_for_exits_3():
 
 
 def test_without_library_the_known_ones_not_installed_are_listed(monkeypatch):
-    monkeypatch.setattr(adapters, "installed", lambda: (["dlpack_ref"], ["cupy", "torch"]))
+    monkeypatch.setattr(cli, "installed", lambda: (["dlpack_ref"], ["cupy", "torch"]))
     rc, out, _ = _cli(["check", "--no-matrix"])
     assert rc == 0
     assert "- cupy: not checked (not installed)" in out and "- torch: not checked (not installed)" in out

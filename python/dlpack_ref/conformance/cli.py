@@ -10,7 +10,8 @@ import time
 
 import dlpack_ref
 
-from . import adapters, runner
+from .adapters import KNOWN, installed, subject as adapter_subject
+from .runner import run as run_subject, run_matrix, tasks_for
 from .exchange_matrix import cell_text
 from .gate import AllowList, blocking
 from .report import SCHEMA_VERSION, LibraryRun, Run, render
@@ -19,7 +20,7 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_MISSING = 0, 1, 2, 3
 
 _EPILOG = f"""\
 libraries:
-  Without --library: dlpack_ref and every one of {', '.join(k for k in adapters.KNOWN if k != 'dlpack_ref')}
+  Without --library: dlpack_ref and every one of {', '.join(k for k in KNOWN if k != 'dlpack_ref')}
   that is installed; the report lists those looked for and not found.
   --library NAME uses a built-in adapter for a known name; any other
   importable module is checked through the generic array-API adapter
@@ -102,7 +103,7 @@ def _libraries(args) -> tuple[list[str], list[str], bool]:
     """(to check, known ones not installed, whether they were asked for)."""
     if args.library:
         return list(dict.fromkeys(args.library)), [], True
-    found, missing = adapters.installed()
+    found, missing = installed()
     if "dlpack_ref" not in found:
         found.insert(0, "dlpack_ref")
     return found, missing, False
@@ -115,19 +116,19 @@ def execute(args, allow: AllowList, progress: _Progress) -> Run:
     libraries: dict[str, LibraryRun] = {}
     for spec in wanted:
         try:
-            subject = adapters.subject(spec)
+            subject = adapter_subject(spec)
         except Exception as e:
             missing[spec] = f"cannot be imported: {type(e).__name__}: {e}"
             progress.say(f"{spec}: {missing[spec]}; skipped")
             continue
-        tasks = runner.tasks_for(subject)
+        tasks = tasks_for(subject)
         progress.say(f"{spec} {subject.version}: {len(tasks)} checks")
         tick = progress.phase(spec, len(tasks))
 
         def on_result(r, tick=tick):
             tick(f"{r.rule.id}: {r.status.value}" if r.failed else None, r.failed)
 
-        libraries[spec] = LibraryRun(spec, subject.version, runner.run(subject, on_result=on_result))
+        libraries[spec] = LibraryRun(spec, subject.version, run_subject(subject, on_result=on_result))
     matrix = {}
     usable = [lib for lib in libraries if lib in wanted]
     if not args.no_matrix and usable:
@@ -138,7 +139,7 @@ def execute(args, allow: AllowList, progress: _Progress) -> Run:
             bad = cell_text(cell) in ("CRASH", "WRONG VALUES", "error")
             tick(f"{task['producer']} -> {task['consumer']}: {cell_text(cell)}" if bad else None, bad)
 
-        matrix = runner.run_matrix(usable, on_pair)
+        matrix = run_matrix(usable, on_pair)
     fail_on = args.fail_on
     results = {lib: lr.results for lib, lr in libraries.items()}
     stopping = blocking(results, allow, fail_on)

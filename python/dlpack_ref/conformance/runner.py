@@ -23,7 +23,7 @@ import sys
 import threading
 from typing import Callable, Iterable
 
-from . import adapters
+from .adapters import subject as adapter_subject
 from .consumer import CASES, run_case
 from .exchange_matrix import exchange_pair
 from .model import Result, Rule, Status, Subject, exc_name, result_from_dict, short
@@ -61,8 +61,8 @@ def perform(task: dict, subject: Subject | None) -> dict:
     if task["kind"] == "consumer":
         return run_case(subject.consumer, _CASES[task["rule"]]).to_dict()
     if task["kind"] == "pair":
-        return exchange_pair(adapters.subject(task["producer"]).producer,
-                             adapters.subject(task["consumer"]).consumer)
+        return exchange_pair(adapter_subject(task["producer"]).producer,
+                             adapter_subject(task["consumer"]).consumer)
     raise ValueError(f"unknown task kind {task['kind']!r}")
 
 
@@ -82,7 +82,7 @@ def serve(tasks: list[dict], subject: Subject | None, fd: int) -> None:
 
 def serve_spec(spec: str, tasks_json: str, fd: str) -> None:
     """Entry point of a fresh worker interpreter."""
-    serve(json.loads(tasks_json), adapters.subject(spec) if spec else None, int(fd))
+    serve(json.loads(tasks_json), adapter_subject(spec) if spec else None, int(fd))
 
 
 def _how_it_ended(returncode: int) -> str:
