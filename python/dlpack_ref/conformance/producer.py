@@ -661,9 +661,9 @@ def _export_through_table(api: DLPackExchangeAPI, x):
         "__dlpack__ give the same values or the same refusal (the table is a fast path, not another meaning)",
         "exchange-api", "DLPackExchangeAPI: 'exchanges tensors ... without going through __dlpack__'")
 def _exchange_api_matches_dlpack(p: Producer) -> str:
-    x = p.make("float64", (2, 3))
-    api = _table_of(x)
-    cases = {"float64 (2, 3)": x}
+    cases = {"float64 (2, 3)": p.make("float64", (2, 3))}
+    x = cases["float64 (2, 3)"]
+    _table_of(x)
     cases.update(p.views() if p.views is not None else {})
     cases.update(p.unexportable() if p.unexportable is not None else {})
     notes, bad = [], []

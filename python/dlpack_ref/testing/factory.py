@@ -39,6 +39,7 @@ Lifetime rules the factory follows, which are DLPack's rules:
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import itertools
 import threading
 from typing import Any
@@ -92,18 +93,16 @@ class _Counts:
         self.live = 0
 
 
+@dataclasses.dataclass(slots=True)
 class _Record:
     """What one tensor keeps alive until its deleter runs."""
 
-    __slots__ = ("cap_id", "counts", "buffers", "name", "versioned", "released")
-
-    def __init__(self, cap_id, counts, buffers, name, versioned):
-        self.cap_id = cap_id
-        self.counts = counts
-        self.buffers = buffers
-        self.name = name
-        self.versioned = versioned
-        self.released = False
+    cap_id: int
+    counts: _Counts
+    buffers: list | None
+    name: bytes | None
+    versioned: bool
+    released: bool = False
 
 
 # Managed-struct address -> record. A record stays after its deleter ran
