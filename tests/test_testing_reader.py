@@ -8,6 +8,7 @@ import inspect as pyinspect
 import pytest
 
 import dlpack_ref
+from dlpack_ref._devices import SUPPORTED
 from dlpack_ref.testing import (
     FLAG_IS_SUBBYTE_TYPE_PADDED, INT64_MAX, NAME_USED_VERSIONED, CapsuleFactory, reader, verdict,
 )
@@ -31,14 +32,15 @@ CORPUS = [
     ("NULL shape, 0-d", {"shape": (), "shape_null": True}, False),
     ("negative extent", {"shape": (2, -3)}, True),
     ("extent overflow", {"shape": (2 ** 62, 8)}, True),
-    ("extent overflow before a 0", {"shape": (2 ** 62, 8, 0)}, True),
+    ("extent overflow before a 0", {"shape": (2 ** 62, 8, 0)}, False),
     ("0 before a huge extent", {"shape": (0, 2 ** 62, 8)}, False),
     ("INT64_MAX // 8 bytes", {"shape": (INT64_MAX // 8,), "dtype": (1, 8, 1), "data": 0x1000}, False),
     ("INT64_MAX bytes: bits overflow", {"shape": (INT64_MAX,), "dtype": (1, 8, 1), "data": 0x1000}, True),
     ("bits overflow", {"shape": (INT64_MAX // 4,), "dtype": (2, 64, 1), "data": 0x1000}, True),
     ("stride span overflow", {"shape": (3, 3), "strides": (2 ** 62, 1)}, True),
-    ("stride INT64_MAX", {"shape": (1,), "strides": (INT64_MAX,)}, True),
-    ("stride -INT64_MAX-1", {"shape": (1,), "strides": (-INT64_MAX - 1,)}, True),
+    ("stride INT64_MAX, extent 1", {"shape": (1,), "strides": (INT64_MAX,)}, False),
+    ("stride INT64_MAX, extent 2", {"shape": (2,), "strides": (INT64_MAX,)}, True),
+    ("stride -INT64_MAX-1, extent 2", {"shape": (2,), "strides": (-INT64_MAX - 1,)}, True),
     ("huge stride, empty", {"shape": (0, 3), "strides": (INT64_MAX, 1)}, False),
     ("negative strides", {"shape": (3,), "strides": (-1,), "byte_offset": 16}, False),
     ("NULL strides 1.3", {"strides": "null"}, True),
@@ -107,4 +109,27 @@ def test_reader_is_independent_of_the_core():
     tree = ast.parse(pyinspect.getsource(reader))
     imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
     imported |= {a.name for node in ast.walk(tree) if isinstance(node, ast.Import) for a in node.names}
-    assert imported <= {"__future__", "ctypes", "_devices", "_dtypes", "abi"}, imported
+    assert imported <= {"__future__", "ctypes", "math", "_devices", "_dtypes", "abi"}, imported
+
+
+def _shared_corpus():
+    from support.malformed import MALFORMED, POLICY_ONLY, VALID
+    for case, kwargs, _, legacy in MALFORMED:
+        for versioned in (True, False) if legacy else (True,):
+            yield pytest.param(kwargs, versioned, False, case in POLICY_ONLY, id=f"{case}-{versioned}")
+    for case, kwargs, legacy in VALID:
+        for versioned in (True, False) if legacy else (True,):
+            yield pytest.param(kwargs, versioned, True, False, id=f"{case}-{versioned}")
+
+
+@pytest.mark.parametrize("kwargs, versioned, valid, policy_only", list(_shared_corpus()))
+def test_verdict_on_the_shared_malformed_corpus(factory, kwargs, versioned, valid, policy_only):
+    """tests/support/malformed.py, the corpus from_dlpack and the vendorable
+    API are held to: the universal verdict and the policy verdict."""
+    cap = factory.make(versioned=versioned, **kwargs)
+    universal = verdict(cap, devices=None)
+    assert (universal is None) == (valid or policy_only), universal
+    with_policy = verdict(cap)
+    device_type = kwargs.get("device", (1, 0))[0]
+    assert (with_policy is None) == ((valid or policy_only) and device_type in SUPPORTED), with_policy
+    assert _from_dlpack_refuses(cap) == (with_policy is not None)

@@ -14,6 +14,7 @@ is then a real check.
 from __future__ import annotations
 
 import ctypes
+import math
 
 from .._devices import SUPPORTED, DeviceType
 from .._dtypes import from_triple
@@ -121,20 +122,23 @@ def read_capsule(capsule) -> dict:
 def verdict(capsule, *, devices=DEVICE_POLICY) -> str | None:
     """Whether ``from_dlpack`` must refuse this capsule, decided without the core.
 
-    The universal checks, in the order the core applies them: the capsule
-    name (``dltensor_versioned`` or ``dltensor``; a ``used_`` name is already
+    The universal checks, in the order the core applies them
+    (``dlpack_check_tensor`` of ``dlpack_ref_api.pxd``): the capsule name
+    (``dltensor_versioned`` or ``dltensor``; a ``used_`` name is already
     consumed); version major 1 (versioned capsules); ndim 0..64; the dtype a
     DLPack 1.3 type of the dtype table (``dlpack_ref._dtypes.from_triple``);
-    the device type a :class:`dlpack_ref.DeviceType` member and, when
-    ``devices`` is given, one of them; device_id >= 0; shape not NULL when
-    ndim > 0; strides not NULL when ndim > 0 except in legacy and pre-1.2
-    capsules; no negative extent; the running product of the extents within
-    int64 (so ``(2**62, 8, 0)`` is refused although its size is 0); for a
-    non-empty tensor every stride within (-INT64_MAX, INT64_MAX), the span
-    ``sum(|stride| * (extent - 1))`` within int64, ``(span + 1) * bits`` within
-    int64 (bits per stored element: ``bits * lanes``, 8 for sub-byte types
-    with the IS_SUBBYTE_TYPE_PADDED flag) and data not NULL; byte_offset <=
-    INT64_MAX. Nothing is consumed or freed.
+    the device type a :class:`dlpack_ref.DeviceType` member; device_id >= 0;
+    shape not NULL when ndim > 0; strides not NULL when ndim > 0 except in
+    legacy and pre-1.2 capsules; no negative extent; the element count (0
+    when any extent is 0) within int64 and its bytes within int64 (bits per
+    stored element: ``bits * lanes``, 8 for sub-byte types with
+    IS_SUBBYTE_TYPE_PADDED); for a non-empty tensor with strides, every
+    stride of an axis longer than 1 within (-INT64_MAX, INT64_MAX] and the
+    span ``sum(|stride| * (extent - 1))`` plus one element within int64 bits;
+    data not NULL unless the tensor is empty; byte_offset <= INT64_MAX. Then,
+    when ``devices`` is given, dlpack-ref's policy: the device type one of
+    them. Nothing is consumed or freed; the arithmetic is exact (Python
+    ints), so no overflow in the check itself.
 
     Parameters
     ----------
@@ -187,8 +191,6 @@ def _tensor_verdict(t, flags: int, null_strides_ok: bool, devices) -> str | None
     device = (t.device.device_type, t.device.device_id)
     if device[0] not in _DEVICE_TYPES:
         return f"device type {device[0]} is not a DLDeviceType"
-    if devices is not None and device[0] not in devices:
-        return f"device type {device[0]} is not held by this consumer (policy)"
     if device[1] < 0:
         return f"device_id {device[1]} is negative"
     if nd > 0 and not t.shape:
@@ -196,38 +198,28 @@ def _tensor_verdict(t, flags: int, null_strides_ok: bool, devices) -> str | None
     if nd > 0 and not t.strides and not null_strides_ok:
         return "strides are NULL in a capsule of version >= 1.2"
     shape = _read_int64s(t.shape, nd) or ()
-    n = 1
     for i, extent in enumerate(shape):
         if extent < 0:
             return f"shape[{i}]={extent} is negative"
-        if extent and n > INT64_MAX // extent:
-            return f"the product of the extents overflows int64 at axis {i}"
-        n *= extent
-    if n > 0:
-        strides = _read_int64s(t.strides, nd) if t.strides else _c_strides(shape)
-        span = 0
-        for i, (extent, stride) in enumerate(zip(shape, strides)):
-            if stride == INT64_MAX or stride < -INT64_MAX:
-                return f"strides[{i}]={stride} overflows"
-            if extent > 1:
-                if stride and extent - 1 > (INT64_MAX - span) // abs(stride):
-                    return f"the stride span overflows int64 at axis {i}"
-                span += abs(stride) * (extent - 1)
-        bits = t.dtype.bits * t.dtype.lanes
-        if bits < 8 and flags & FLAG_IS_SUBBYTE_TYPE_PADDED:
-            bits = 8
-        if span + 1 > INT64_MAX // bits:
-            return "the extent in bits overflows int64"
-        if not t.data:
-            return "data is NULL for a non-empty tensor"
+    count = 0 if 0 in shape else math.prod(shape)
+    if count > INT64_MAX:
+        return "the product of the extents overflows int64"
+    bits = t.dtype.bits * t.dtype.lanes
+    if bits < 8 and flags & FLAG_IS_SUBBYTE_TYPE_PADDED:
+        bits = 8
+    if count > (INT64_MAX - 7) // bits:
+        return "the size in bytes overflows int64"
+    if count and t.strides:
+        strides = _read_int64s(t.strides, nd)
+        if any(s < -INT64_MAX for n, s in zip(shape, strides) if n > 1):
+            return "a stride overflows"
+        span = sum(abs(s) * (n - 1) for n, s in zip(shape, strides) if n > 1)
+        if span > INT64_MAX or span + 1 > INT64_MAX // bits:
+            return "the stride span overflows int64 bytes"
+    if count and not t.data:
+        return "data is NULL for a non-empty tensor"
     if t.byte_offset > INT64_MAX:
         return f"byte_offset {t.byte_offset} overflows int64"
+    if devices is not None and device[0] not in devices:
+        return f"device type {device[0]} is not held by this consumer (policy)"
     return None
-
-
-def _c_strides(shape) -> tuple[int, ...]:
-    strides, step = [], 1
-    for extent in reversed(shape):
-        strides.append(step)
-        step *= max(extent, 1)
-    return tuple(reversed(strides))
