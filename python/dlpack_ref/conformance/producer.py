@@ -623,8 +623,9 @@ def _check_allocator(api: DLPackExchangeAPI) -> str:
         rc = ALLOCATOR_T(api.managed_tensor_allocator)(ctypes.byref(proto), ctypes.byref(alloc), None, set_error)
         _raise_pending()
     except Exception as e:
+        # ctypes' SystemError names the stray exception as its cause
         raise CheckFailed("managed_tensor_allocator (required) set a Python exception instead of "
-                          "working or calling SetError", e) from e
+                          "working or calling SetError", e.__cause__ or e) from e
     if rc != 0 or not alloc.value:
         raise CheckFailed(f"managed_tensor_allocator failed (rc={rc}, errors={errors})")
     m = DLManagedTensorVersioned.from_address(alloc.value)
