@@ -179,3 +179,26 @@ def test_rules_are_unique_and_cited():
     ids = [rule.id for rule in conf.rules()]
     assert len(ids) == len(set(ids)) == len(producer.CHECKS) + len(consumer.CASES)
     assert all(rule.citation() for rule in conf.rules())
+
+
+def test_pyarrow_adapter_exports_1d_arrays_and_reports_its_refusals():
+    pytest.importorskip("pyarrow")
+    results = {r.rule.id: r for r in runner.run(adapters.subject("pyarrow"), only=[
+        "producer.view_values", "producer.buffererror_for_unexportable", "producer.copy_true_copies",
+        "consumer.zero_copy_import"])}
+    assert results["producer.view_values"].status is Status.PASS, results["producer.view_values"].line()
+    # arrays with nulls and strings are refused with ArrowTypeError, not BufferError
+    unexportable = results["producer.buffererror_for_unexportable"]
+    assert unexportable.status is Status.FAIL
+    assert "with nulls: __dlpack__ raised pyarrow.lib.ArrowTypeError" in unexportable.detail
+    # 1-D only: the (2, 3) arrays of most rules cannot be made, which is "not supported", not a failure
+    assert results["producer.copy_true_copies"].status is Status.NOT_SUPPORTED
+    assert "consumer.zero_copy_import" not in results  # pyarrow has no from_dlpack
+
+
+def test_exchange_matrix_with_a_producer_only_library():
+    pytest.importorskip("pyarrow")
+    cells = runner.run_matrix(["dlpack_ref", "pyarrow"])
+    assert cells[("pyarrow", "dlpack_ref")]["works"] is True
+    assert cells[("pyarrow", "dlpack_ref")]["values_ok"] is True
+    assert cells[("dlpack_ref", "pyarrow")] == {"works": False, "exc_type": None, "exc_message": "no from_dlpack"}

@@ -28,6 +28,7 @@ KNOWN = {
     "array_api_strict": "array_api_strict",
     "tvm_ffi": "tvm_ffi",
     "cuda.core": "cuda.core",
+    "pyarrow": "pyarrow",
 }
 _DISTRIBUTIONS = {"tvm_ffi": "apache-tvm-ffi", "cuda.core": "cuda-core", "dlpack_ref": "dlpack-ref",
                   "array_api_strict": "array-api-strict"}
@@ -349,6 +350,33 @@ def _cuda_core():
     return producer, consumer
 
 
+# --- pyarrow (1-D, immutable arrays; a producer only) ------------------------------------------
+
+def _pyarrow():
+    import numpy as np
+    import pyarrow as pa
+
+    def factory(dtype, shape, readonly=False):
+        # Arrow arrays are immutable: every one is read-only data.
+        if len(shape) != 1:
+            raise NotSupported(f"pyarrow arrays are 1-D; no array of shape {shape}")
+        try:
+            arrow_type = pa.from_numpy_dtype(_numpy_dtype(dtype))
+        except (NotImplementedError, pa.ArrowNotImplementedError, TypeError) as e:
+            raise NotSupported(f"pyarrow has no {dtype}", e) from e
+        return pa.array(np.asarray(_arange_values(shape[0], dtype)).astype(_numpy_dtype(dtype)), type=arrow_type)
+
+    def views():
+        x = pa.array([0.0, 1.0, 2.0, 3.0, 4.0, 5.0])
+        return {"offset x.slice(1)": x.slice(1), "offset x.slice(2, 3)": x.slice(2, 3)}
+
+    def unexportable():
+        return {"with nulls": pa.array([1.0, None]), "strings": pa.array(["a", "b"])}
+
+    return Producer("pyarrow", factory, tolist=lambda x: x.to_pylist(), views=views,
+                    unexportable=unexportable), None
+
+
 # --- any library, through the array API ---------------------------------------------------------
 
 def _generic(spec: str):
@@ -389,5 +417,5 @@ def _generic(spec: str):
 
 _BUILDERS: dict[str, Callable] = {
     "dlpack_ref": _dlpack_ref, "numpy": _numpy, "torch": _torch, "jax": _jax, "cupy": _cupy,
-    "array_api_strict": _array_api_strict, "tvm_ffi": _tvm_ffi, "cuda.core": _cuda_core,
+    "array_api_strict": _array_api_strict, "tvm_ffi": _tvm_ffi, "cuda.core": _cuda_core, "pyarrow": _pyarrow,
 }

@@ -20,8 +20,9 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_MISSING = 0, 1, 2, 3
 
 _EPILOG = f"""\
 libraries:
-  Without --library: dlpack_ref and every one of {', '.join(k for k in KNOWN if k != 'dlpack_ref')}
-  that is installed; the report lists those looked for and not found.
+  Without --library: dlpack_ref and every installed one of
+  {', '.join(k for k in KNOWN if k != 'dlpack_ref')};
+  the report lists those looked for and not found.
   --library NAME uses a built-in adapter for a known name; any other
   importable module is checked through the generic array-API adapter
   (asarray, reshape and dtype attributes make arrays; values are read by
@@ -48,7 +49,7 @@ exit status:
      could not run, or a library crashed)
   {EXIT_USAGE}  bad arguments or an unreadable allow file
   {EXIT_MISSING}  a library asked for with --library (or --fail-on) cannot be imported
-  Before dlpack-ref 0.2 only dlpack_ref's own failures set the status:
+  Without the gate only dlpack_ref's own failures set the status:
   --fail-on dlpack_ref gives that behaviour back.
 """
 
@@ -60,9 +61,9 @@ def _parser(prog: str) -> argparse.ArgumentParser:
                    version=f"%(prog)s {dlpack_ref.__version__} (DLPack {'.'.join(map(str, dlpack_ref.DLPACK_VERSION))})")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     check = sub.add_parser("check", help="run the producer, consumer and exchange checks",
-                           description="Run the producer checks, the consumer catalogue (each case in a child "
-                           "process) and the pairwise exchange matrix, print a report, and exit non-zero "
-                           "when a rule that is not allowed fails.",
+                           description="Run the producer checks, the consumer catalogue (each case in a\n"
+                           "child process) and the pairwise exchange matrix, print a report, and exit\n"
+                           "non-zero when a rule that is not allowed fails.",
                            epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     check.add_argument("--library", action="append", metavar="SPEC",
                        help="a library to check: a known name or any module[:from_dlpack] (repeatable)")
