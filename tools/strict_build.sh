@@ -38,6 +38,8 @@ fi
 
 PYINC="$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')"
 "$PY" -m cython -3 -I "$ROOT/src" "$ROOT/tests/cython_api_ext/api_demo.pyx" -o "$WORK/api_demo.c"
+# The API's C tables header, generated as the CMake build does.
+"$PY" "$ROOT/tools/gen_tables.py" "$WORK/generated/dlpack_ref_tables.h"
 
 # Print each diagnostic of a build log with the Cython line that generated the
 # C line it names (Cython writes /* "file.pyx":N before the C of each line).
@@ -88,7 +90,7 @@ for cc in $COMPILERS; do
     cython_source_of "$WORK/wheel-$cc.log" "$WORK/build-$cc/_dlpack_ref.c"
 
     echo "== $cc: Cython API (api_demo.pyx)"
-    if "$cc" $STRICT_FLAGS -fsyntax-only -I "$PYINC" -I "$ROOT/include" "$WORK/api_demo.c" \
+    if "$cc" $STRICT_FLAGS -fsyntax-only -I "$PYINC" -I "$ROOT/include" -I "$WORK/generated" "$WORK/api_demo.c" \
             > "$WORK/api-$cc.log" 2>&1; then
         echo "   compiles"
     else
