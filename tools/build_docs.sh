@@ -16,10 +16,7 @@ START=$SECONDS
 
 REQS="$(mktemp)"
 trap 'rm -f "$REQS"' EXIT
-"$PY" - "$ROOT/pyproject.toml" > "$REQS" <<'PYEOF'
-import sys, tomllib
-print("\n".join(tomllib.load(open(sys.argv[1], "rb"))["project"]["optional-dependencies"]["docs"]))
-PYEOF
+"$PY" "$ROOT/tools/pyproject_requires.py" docs > "$REQS"
 "$PY" -m pip install -q -r "$REQS"
 
 cd "${TMPDIR:-/tmp}"

@@ -24,10 +24,7 @@ trap 'rm -rf "$WORK"' EXIT
 START=$SECONDS
 
 # The build requirements, from pyproject.toml (the build runs without isolation).
-"$PY" - "$ROOT/pyproject.toml" > "$WORK/requires.txt" <<'EOF'
-import sys, tomllib
-print("\n".join(tomllib.load(open(sys.argv[1], "rb"))["build-system"]["requires"]))
-EOF
+"$PY" "$ROOT/tools/pyproject_requires.py" build > "$WORK/requires.txt"
 "$PY" -m pip install -q -r "$WORK/requires.txt" cmake ninja
 
 if [[ " $COMPILERS " == *" clang "* ]] && ! command -v clang >/dev/null && [ "$(id -u)" = 0 ] \
