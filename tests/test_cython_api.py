@@ -4,57 +4,26 @@ installed package and exchanges arrays with dlpack-ref, NumPy and PyTorch
 in both directions."""
 
 import gc
-import importlib.util
 import os
-import shutil
-import subprocess
 import sys
-import sysconfig
 
 import numpy as np
 import pytest
 
 import dlpack_ref
 from dlpack_ref.testing import capsule_name
+from support.build_ext import build_api_demo
 
-EXT_SOURCE = os.path.join(os.path.dirname(__file__), "cython_api_ext", "api_demo.pyx")
-
-
-def compile_extension(pyx, build, cython_include=(), c_include=()):
-    """Compile the Cython module ``pyx`` (a Path) in the folder ``build`` with
-    cython + the C compiler Python was built with, and import it; ``cython_include``
-    and ``c_include`` are the only extra include folders. Skips without a compiler."""
-    pytest.importorskip("Cython")
-    cc = (sysconfig.get_config_var("CC") or "cc").split()
-    if shutil.which(cc[0]) is None:
-        pytest.skip(f"no C compiler ({cc[0]})")
-    name = pyx.stem
-    c_file = build / (name + ".c")
-    subprocess.run([sys.executable, "-m", "cython", "-3", *(f"-I{d}" for d in cython_include), str(pyx),
-                    "-o", str(c_file)], check=True, capture_output=True, text=True)
-    so = build / (name + sysconfig.get_config_var("EXT_SUFFIX"))
-    subprocess.run([*cc, "-shared", "-fPIC", "-O1", "-I", sysconfig.get_paths()["include"],
-                    *(f"-I{d}" for d in c_include), str(c_file), "-o", str(so)],
-                   check=True, capture_output=True, text=True)
-    spec = importlib.util.spec_from_file_location(name, so)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="module")
 def ext(tmp_path_factory):
-    """api_demo compiled with nothing but dlpack_ref.get_include() on the include paths."""
-    build = tmp_path_factory.mktemp("cython_api")
-    pyx = build / "api_demo.pyx"
-    shutil.copy(EXT_SOURCE, pyx)
-    include = dlpack_ref.get_include()
-    return compile_extension(pyx, build, cython_include=[include], c_include=[include])
+    return build_api_demo(tmp_path_factory.mktemp("cython_api"))
 
 
 def test_get_include_ships_the_header_and_both_pxd_files():
     names = set(os.listdir(dlpack_ref.get_include()))
-    assert {"dlpack.h", "dlpack.pxd", "dlpack_ref_api.pxd"} <= names
+    assert {"dlpack.h", "dlpack.pxd", "dlpack_ref_api.pxd", "dlpack_ref_tables.h"} <= names
 
 
 # --- export: the extension's memory into other libraries ---------------------

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 import dlpack_ref
-from test_cython_api import compile_extension
+from support.build_ext import compile_extension
 
 ROOT = Path(__file__).resolve().parents[1]
 DIST = importlib.metadata.distribution("dlpack-ref")
