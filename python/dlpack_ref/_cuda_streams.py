@@ -27,12 +27,15 @@ class PendingWork:
     stream that is destroyed afterwards is never used again.
     """
 
-    __slots__ = ("_event", "_event_device", "_legacy_device", "__weakref__")
+    __slots__ = ("_event", "_event_device", "_legacy_device", "_uses", "__weakref__")
 
-    def __init__(self):
+    def __init__(self, legacy_device: int = -1):
+        """Nothing pending, or (``legacy_device`` >= 0) the last write is on
+        that device's legacy default stream."""
         self._event = None
         self._event_device = -1
-        self._legacy_device = -1
+        self._legacy_device = legacy_device
+        self._uses = []     # (event, device) after reads by copies enqueued here
 
     @property
     def idle(self) -> bool:
@@ -113,6 +116,48 @@ class PendingWork:
             rt.leave(pushed)
         self._drop_event()
 
+    def record_use(self, handle: int, device_id: int) -> None:
+        """A copy enqueued here on stream ``handle`` reads the memory: the
+        memory must outlive it (``wait_unused``). Finished uses are
+        forgotten as new ones come."""
+        rt = runtime()
+        dev = rt.stream_device(handle, device_id)
+        ev = rt.take_event(dev)
+        pushed = rt.enter(dev)
+        try:
+            out = rt.driver.cuEventRecord(ev, handle)
+        finally:
+            rt.leave(pushed)
+        if out[0]:
+            rt.give_event(dev, ev)
+            check(out, "cuEventRecord")
+        uses = self._uses
+        if len(uses) >= 8:
+            busy = []
+            for used, used_dev in uses:
+                if rt.driver.cuEventQuery(used)[0]:
+                    busy.append((used, used_dev))
+                else:
+                    rt.give_event(used_dev, used)
+            uses[:] = busy
+        uses.append((ev, dev))
+
+    def wait_unused(self) -> None:
+        """Block until the last write and every recorded use are done:
+        before the memory is freed."""
+        self.wait_on_host()
+        uses, self._uses = self._uses, []
+        if not uses:
+            return
+        rt = runtime()
+        for ev, dev in uses:
+            pushed = rt.enter(dev)
+            try:
+                check(rt.driver.cuEventSynchronize(ev), "cuEventSynchronize")
+            finally:
+                rt.leave(pushed)
+            rt.give_event(dev, ev)
+
     def _drop_event(self) -> None:
         ev, self._event = self._event, None
         if ev is not None:
@@ -123,6 +168,12 @@ class PendingWork:
 
     def __del__(self):
         self._drop_event()
+        try:
+            rt = runtime()
+            for ev, dev in self._uses:
+                rt.give_event(dev, ev)
+        except Exception:
+            pass
 
     def __repr__(self):
         if self._legacy_device >= 0:
