@@ -13,14 +13,10 @@ import pytest
 
 import dlpack_ref as dr
 from dlpack_ref import cuda
+from support import cudatest
 
-_why = None
-try:
-    cuda.require()
-except cuda.CUDAUnavailableError as exc:
-    _why = str(exc)
-
-pytestmark = [pytest.mark.cuda, pytest.mark.skipif(_why is not None, reason=f"no CUDA here: {_why}")]
+_why = cudatest.unavailable()
+pytestmark = cudatest.marks()
 
 
 def _driver():

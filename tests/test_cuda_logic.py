@@ -299,16 +299,6 @@ def readback(a):
     return np.from_dlpack(dr.from_dlpack(a, device="cpu"))
 
 
-class CudaStreamObject:
-    """An object with the cuda.core __cuda_stream__ protocol."""
-
-    def __init__(self, handle):
-        self.handle = handle
-
-    def __cuda_stream__(self):
-        return (0, self.handle)
-
-
 # --- availability ----------------------------------------------------------
 
 def _reset_loader(monkeypatch):

@@ -25,14 +25,11 @@ import dlpack_ref as dr
 from dlpack_ref import cuda
 from dlpack_ref._cuda_memory import MAX_PITCH, plan_copy
 from dlpack_ref.testing import DLPackExchangeAPI, read_capsule
+from support import cudatest
+from support.cudatest import CudaStream
 
-_why = None
-try:
-    cuda.require()
-except cuda.CUDAUnavailableError as exc:
-    _why = str(exc)
-
-pytestmark = [pytest.mark.cuda, pytest.mark.skipif(_why is not None, reason=f"no CUDA here: {_why}")]
+_why = cudatest.unavailable()
+pytestmark = cudatest.marks()
 
 N = 1 << 12
 VALUES = np.arange(N, dtype=np.float32)
@@ -103,16 +100,6 @@ def as_f32(raw):
 def pending_on(stream, device="cuda:0", values=VALUES):
     """A fresh Array whose data is still being copied in on ``stream``."""
     return dr.asarray(values).to_device(device, stream=stream)
-
-
-class CudaStream:
-    """A stream object of the cuda.core protocol."""
-
-    def __init__(self, handle):
-        self.handle = handle
-
-    def __cuda_stream__(self):
-        return (0, self.handle)
 
 
 # --- issue items 1-7 ----------------------------------------------------------

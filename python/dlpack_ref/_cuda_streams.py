@@ -57,17 +57,8 @@ class PendingWork:
         dev = rt.stream_device(handle, device_id)
         if self._event is not None and self._event_device != dev:
             self._drop_event()
-        ev = self._event if self._event is not None else rt.take_event(dev)
-        pushed = rt.enter(dev)
-        try:
-            out = rt.driver.cuEventRecord(ev, handle)
-        finally:
-            rt.leave(pushed)
-        if out[0]:
-            if ev is not self._event:
-                rt.give_event(dev, ev)
-            check(out, "cuEventRecord")
-        self._event, self._event_device, self._legacy_device = ev, dev, -1
+        self._event = _record_event(rt, self._event, handle, dev)
+        self._event_device, self._legacy_device = dev, -1
 
     def order_before(self, waiter: int, device_id: int) -> None:
         """Make stream ``waiter`` (1 and 2: of ``device_id``) wait for the
@@ -122,15 +113,7 @@ class PendingWork:
         forgotten as new ones come."""
         rt = runtime()
         dev = rt.stream_device(handle, device_id)
-        ev = rt.take_event(dev)
-        pushed = rt.enter(dev)
-        try:
-            out = rt.driver.cuEventRecord(ev, handle)
-        finally:
-            rt.leave(pushed)
-        if out[0]:
-            rt.give_event(dev, ev)
-            check(out, "cuEventRecord")
+        ev = _record_event(rt, None, handle, dev)
         uses = self._uses
         if len(uses) >= 8:
             busy = []
@@ -181,6 +164,22 @@ class PendingWork:
         if self._event is not None:
             return f"<PendingWork event {int(self._event):#x} of cuda:{self._event_device}>"
         return "<PendingWork idle>"
+
+
+def _record_event(rt, event, handle: int, device_id: int):
+    """Record ``event`` (None: one from the pool) on stream ``handle`` of
+    ``device_id`` and return it; a pool event goes back on failure."""
+    ev = event if event is not None else rt.take_event(device_id)
+    pushed = rt.enter(device_id)
+    try:
+        out = rt.driver.cuEventRecord(ev, handle)
+    finally:
+        rt.leave(pushed)
+    if out[0]:
+        if event is None:
+            rt.give_event(device_id, ev)
+        check(out, "cuEventRecord")
+    return ev
 
 
 # --- the consumer's current stream -------------------------------------------
