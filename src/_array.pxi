@@ -360,28 +360,28 @@ cdef inline int64_t _size_of(Array a) noexcept:
     return n
 
 
-cdef bint _is_c_contiguous(Array a) noexcept:
+cdef bint _is_dense(Array a, bint row_major) noexcept:
+    """Whether a's elements are packed without gaps in row-major (C) or
+    column-major (Fortran) order; size-1 axes may have any stride and an
+    empty array is dense in both orders, as NumPy has it."""
     cdef int64_t expected = 1
-    cdef int i
-    for i in range(a._ndim - 1, -1, -1):
-        if a._shape[i] == 0:
-            return True
-        if a._shape[i] != 1 and a._strides[i] != expected:
-            return False
-        expected *= a._shape[i]
-    return True
-
-
-cdef bint _is_f_contiguous(Array a) noexcept:
-    cdef int64_t expected = 1
-    cdef int i
+    cdef int i, axis
+    if _size_of(a) == 0:
+        return True
     for i in range(a._ndim):
-        if a._shape[i] == 0:
-            return True
-        if a._shape[i] != 1 and a._strides[i] != expected:
+        axis = a._ndim - 1 - i if row_major else i
+        if a._shape[axis] != 1 and a._strides[axis] != expected:
             return False
-        expected *= a._shape[i]
+        expected *= a._shape[axis]
     return True
+
+
+cdef inline bint _is_c_contiguous(Array a) noexcept:
+    return _is_dense(a, True)
+
+
+cdef inline bint _is_f_contiguous(Array a) noexcept:
+    return _is_dense(a, False)
 
 
 cdef inline void _set_c_strides(Array a) noexcept:

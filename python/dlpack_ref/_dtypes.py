@@ -90,45 +90,55 @@ class DType:
         return (as_dtype, (self.name,))
 
 
-# name, DLDataTypeCode, bits, lanes, array API kind, PEP 3118 format: the one
-# dtype table; every other dtype lookup (the core's, the buffer protocol's,
-# the conformance checker's) is derived from it.
-_SPECS = [
-    ("bool", 6, 8, 1, "bool", '?'),
-    ("int8", 0, 8, 1, "signed integer", 'b'),
-    ("int16", 0, 16, 1, "signed integer", 'h'),
-    ("int32", 0, 32, 1, "signed integer", 'i'),
-    ("int64", 0, 64, 1, "signed integer", 'q'),
-    ("uint8", 1, 8, 1, "unsigned integer", 'B'),
-    ("uint16", 1, 16, 1, "unsigned integer", 'H'),
-    ("uint32", 1, 32, 1, "unsigned integer", 'I'),
-    ("uint64", 1, 64, 1, "unsigned integer", 'Q'),
-    ("float16", 2, 16, 1, "real floating", 'e'),
-    ("float32", 2, 32, 1, "real floating", 'f'),
-    ("float64", 2, 64, 1, "real floating", 'd'),
-    ("bfloat16", 4, 16, 1, "real floating", None),
-    ("complex64", 5, 64, 1, "complex floating", 'Zf'),
-    ("complex128", 5, 128, 1, "complex floating", 'Zd'),
-    ("float8_e3m4", 7, 8, 1, "real floating", None),
-    ("float8_e4m3", 8, 8, 1, "real floating", None),
-    ("float8_e4m3b11fnuz", 9, 8, 1, "real floating", None),
-    ("float8_e4m3fn", 10, 8, 1, "real floating", None),
-    ("float8_e4m3fnuz", 11, 8, 1, "real floating", None),
-    ("float8_e5m2", 12, 8, 1, "real floating", None),
-    ("float8_e5m2fnuz", 13, 8, 1, "real floating", None),
-    ("float8_e8m0fnu", 14, 8, 1, "real floating", None),
-    ("float6_e2m3fn", 15, 6, 1, "real floating", None),
-    ("float6_e3m2fn", 16, 6, 1, "real floating", None),
-    ("float4_e2m1fn", 17, 4, 1, "real floating", None),
-    # PyTorch's float4_e2m1fn_x2: one byte holding two float4 values, which
-    # PyTorch exports as lanes=2.
-    ("float4_e2m1fn_x2", 17, 4, 2, "real floating", None),
-]
+# The one dtype table: name, DLDataTypeCode, bits, lanes, array API kind and
+# PEP 3118 buffer format ("-": none). Every other dtype lookup (the core's C
+# checks and buffer formats, generated at build time by tools/gen_tables.py;
+# NumPy's; the conformance checker's) is derived from it. float4_e2m1fn_x2
+# is PyTorch's: one byte holding two float4 values, exported as lanes=2.
+_TABLE = """
+bool                    6     8      1  bool     ?
+int8                    0     8      1  int      b
+int16                   0    16      1  int      h
+int32                   0    32      1  int      i
+int64                   0    64      1  int      q
+uint8                   1     8      1  uint     B
+uint16                  1    16      1  uint     H
+uint32                  1    32      1  uint     I
+uint64                  1    64      1  uint     Q
+float16                 2    16      1  real     e
+float32                 2    32      1  real     f
+float64                 2    64      1  real     d
+bfloat16                4    16      1  real     -
+complex64               5    64      1  complex  Zf
+complex128              5   128      1  complex  Zd
+float8_e3m4             7     8      1  real     -
+float8_e4m3             8     8      1  real     -
+float8_e4m3b11fnuz      9     8      1  real     -
+float8_e4m3fn          10     8      1  real     -
+float8_e4m3fnuz        11     8      1  real     -
+float8_e5m2            12     8      1  real     -
+float8_e5m2fnuz        13     8      1  real     -
+float8_e8m0fnu         14     8      1  real     -
+float6_e2m3fn          15     6      1  real     -
+float6_e3m2fn          16     6      1  real     -
+float4_e2m1fn          17     4      1  real     -
+float4_e2m1fn_x2       17     4      2  real     -
+"""
+
+_KINDS = {"bool": "bool", "int": "signed integer", "uint": "unsigned integer",
+          "real": "real floating", "complex": "complex floating"}
+
+
+def _rows():
+    for line in _TABLE.strip().splitlines():
+        name, code, bits, lanes, kind, fmt = line.split()
+        yield name, int(code), int(bits), int(lanes), _KINDS[kind], None if fmt == "-" else fmt
+
 
 #: name -> DType, every type dlpack-ref knows.
 DTYPES: dict[str, DType] = {}
 _BY_TRIPLE: dict[tuple[int, int, int], DType] = {}
-for _name, _code, _bits, _lanes, _kind, _format in _SPECS:
+for _name, _code, _bits, _lanes, _kind, _format in _rows():
     _dt = DType(_name, _code, _bits, _lanes, _kind, _format)
     DTYPES[_name] = _dt
     _BY_TRIPLE[(_code, _bits, _lanes)] = _dt
