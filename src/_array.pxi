@@ -332,9 +332,11 @@ cdef int _host_wait(Array a) except -1:
 
 
 cdef tuple _block(Array a, int64_t itemsize):
-    """The description of a's memory that dlpack_ref.cuda copies from/to."""
+    """The description of a's memory that dlpack_ref.cuda copies from/to
+    (CPU Arrays on pinned memory, from a copy to the host on a stream, keep
+    the record of that memory, so its free waits for the copy)."""
     return (<uintptr_t>a._data, a._device.device_type, a._device.device_id,
-            _work_of(a) if dlpack_ref_device_cuda_family(a._device.device_type) else None,
+            _work_of(a) if dlpack_ref_device_cuda_family(a._device.device_type) else a._work,
             tuple([a._strides[i] * itemsize for i in range(a._ndim)]), _is_c_contiguous(a))
 
 

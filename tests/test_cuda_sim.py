@@ -313,6 +313,15 @@ def test_memory_is_not_freed_under_pending_work(sim, streams):
     _ok(_d().cuStreamSynchronize(s))
 
 
+def test_a_host_copy_on_a_stream_keeps_its_pinned_memory_until_done(sim, streams):
+    s, c = streams.new(), streams.new()
+    h = pending_on(s).to_device("cpu", stream=c)
+    assert h.device == dr.Device("cpu")
+    del h
+    gc.collect()
+    _ok(_d().cuStreamSynchronize(c))   # a copy into freed memory would be reported
+
+
 # --- seed 004 and the specification's stream cases ----------------------------
 
 def test_cpu_dl_device_with_stream_none_is_readable_on_return(streams):

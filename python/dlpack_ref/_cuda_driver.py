@@ -26,8 +26,11 @@ class CUDAUnavailableError(BufferError, RuntimeError):
     (DLPack's error for data it cannot move) and a RuntimeError."""
 
 
-class CUDAError(RuntimeError):
-    """A CUDA driver call failed; the message names the call and the result."""
+class CUDAError(BufferError, RuntimeError):
+    """A CUDA driver call failed; the message names the call and the result.
+    A BufferError (DLPack's error for data that cannot be moved: a driver
+    that refuses a copy, e.g. of a tensor whose pointer is not what its
+    device says) and a RuntimeError."""
 
 
 def _result_name(result) -> str:
