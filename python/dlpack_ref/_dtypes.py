@@ -186,10 +186,28 @@ def as_dtype(obj) -> DType:
 
     Accepted, in this order: a DType; anything with ``__dlpack_data_type__``;
     a NumPy dtype, scalar type or anything ``numpy.dtype`` understands (only
-    when NumPy is already imported); ml_dtypes types (by name); torch dtypes
-    (by name, torch is never imported here); a name such as ``"float32"`` or
-    ``"bfloat16"``; the Python types ``bool``, ``int``, ``float``, ``complex``.
-    TypeError for anything else.
+    when NumPy is already imported), which covers ml_dtypes and JAX types;
+    torch dtypes (by name, torch is never imported here); the dtype objects of
+    any array API library (array-api-strict's, for one), by the name its
+    ``__array_namespace_info__().dtypes()`` gives them; a name such as
+    ``"float32"`` or ``"bfloat16"``; the Python types ``bool``, ``int``,
+    ``float``, ``complex``. No library is imported to interpret its objects.
+
+    Parameters
+    ----------
+    obj : object
+        The dtype to resolve.
+
+    Returns
+    -------
+    DType
+
+    Raises
+    ------
+    TypeError
+        When ``obj`` is none of the above, or names a type DLPack cannot describe.
+    ValueError
+        When ``__dlpack_data_type__`` returns no DLPack 1.3 type.
     """
     if isinstance(obj, DType):
         return obj
@@ -222,10 +240,13 @@ def as_dtype(obj) -> DType:
     np_dt = _numpy_dtype(obj)
     if np_dt is not None:
         return np_dt
+    api_dt = _array_api_dtype(obj)
+    if api_dt is not None:
+        return api_dt
     raise TypeError(
         f"cannot interpret {obj!r} (type {type(obj).__name__}) as a dtype; expected a "
-        "dlpack_ref dtype, an object with __dlpack_data_type__, a NumPy, ml_dtypes or "
-        "torch dtype, or a name such as 'float32'"
+        "dlpack_ref dtype, an object with __dlpack_data_type__, a NumPy, ml_dtypes, JAX, "
+        "torch or array API library dtype, or a name such as 'float32'"
     )
 
 
@@ -248,3 +269,21 @@ def _numpy_dtype(obj) -> DType | None:
     if dt is not None:
         return dt
     raise TypeError(f"NumPy dtype {npdt!r} has no DLPack equivalent")
+
+
+def _array_api_dtype(obj) -> DType | None:
+    """The dtype of an array API library by the name that library gives it:
+    the namespace is the already imported top-level module of ``obj``'s type,
+    and its inspection API (``__array_namespace_info__().dtypes()``) maps names
+    to dtype objects. None when ``obj`` comes from no such namespace."""
+    namespace = sys.modules.get((type(obj).__module__ or "").partition(".")[0])
+    info = getattr(namespace, "__array_namespace_info__", None)
+    if info is None:
+        return None
+    for name, candidate in info().dtypes().items():
+        if candidate is obj or (type(candidate) is type(obj) and candidate == obj):
+            dt = _from_name(name)
+            if dt is None:
+                raise TypeError(f"{obj!r} ({name}) has no DLPack equivalent in dlpack-ref")
+            return dt
+    return None
