@@ -132,9 +132,9 @@ def verdict(capsule, *, devices=DEVICE_POLICY) -> str | None:
     legacy and pre-1.2 capsules; no negative extent; the element count (0
     when any extent is 0) within int64 and its bytes within int64 (bits per
     stored element: ``bits * lanes``, 8 for sub-byte types with
-    IS_SUBBYTE_TYPE_PADDED); for a non-empty tensor with strides, every
-    stride of an axis longer than 1 within (-INT64_MAX, INT64_MAX] and the
-    span ``sum(|stride| * (extent - 1))`` plus one element within int64 bits;
+    IS_SUBBYTE_TYPE_PADDED); for a non-empty tensor with strides, no stride
+    INT64_MAX or INT64_MIN (on any axis, whatever its extent) and the span
+    ``sum(|stride| * (extent - 1))`` plus one element within int64 bits;
     data not NULL unless the tensor is empty; byte_offset <= INT64_MAX. Then,
     when ``devices`` is given, dlpack-ref's policy: the device type one of
     them. Nothing is consumed or freed; the arithmetic is exact (Python
@@ -211,8 +211,8 @@ def _tensor_verdict(t, flags: int, null_strides_ok: bool, devices) -> str | None
         return "the size in bytes overflows int64"
     if count and t.strides:
         strides = _read_int64s(t.strides, nd)
-        if any(s < -INT64_MAX for n, s in zip(shape, strides) if n > 1):
-            return "a stride overflows"
+        if any(s == INT64_MAX or s < -INT64_MAX for s in strides):
+            return "a stride is INT64_MAX or INT64_MIN"
         span = sum(abs(s) * (n - 1) for n, s in zip(shape, strides) if n > 1)
         if span > INT64_MAX or span + 1 > INT64_MAX // bits:
             return "the stride span overflows int64 bytes"
