@@ -90,19 +90,32 @@ cdef extern from *:
         dlpack_ref_api_release_block((PyObject*)self->manager_ctx, self);
     }
 
-    /* An unconsumed capsule still owns its tensor; a consumer renames it. */
+    /* An unconsumed capsule still owns its tensor; a consumer renames it.
+       Whoever destroys a capsule holds the GIL, so a block of ours is
+       released right here; a foreign deleter is called as it is. */
     static void dlpack_ref_api_destroy_versioned(PyObject* capsule) {
-        if (PyCapsule_IsValid(capsule, DLPACK_REF_CAPSULE_VERSIONED)) {
-            DLManagedTensorVersioned* m = (DLManagedTensorVersioned*)PyCapsule_GetPointer(
-                capsule, DLPACK_REF_CAPSULE_VERSIONED);
-            if (m->deleter) m->deleter(m);
+        const char* name = PyCapsule_GetName(capsule);
+        DLManagedTensorVersioned* m;
+        if (name == NULL || strcmp(name, DLPACK_REF_CAPSULE_VERSIONED) != 0) return;
+        m = (DLManagedTensorVersioned*)PyCapsule_GetPointer(capsule, name);
+        if (m->deleter == dlpack_ref_api_delete_versioned) {
+            Py_XDECREF((PyObject*)m->manager_ctx);
+            PyMem_Free(m);
+        } else if (m->deleter) {
+            m->deleter(m);
         }
     }
 
     static void dlpack_ref_api_destroy_legacy(PyObject* capsule) {
-        if (PyCapsule_IsValid(capsule, DLPACK_REF_CAPSULE_LEGACY)) {
-            DLManagedTensor* m = (DLManagedTensor*)PyCapsule_GetPointer(capsule, DLPACK_REF_CAPSULE_LEGACY);
-            if (m->deleter) m->deleter(m);
+        const char* name = PyCapsule_GetName(capsule);
+        DLManagedTensor* m;
+        if (name == NULL || strcmp(name, DLPACK_REF_CAPSULE_LEGACY) != 0) return;
+        m = (DLManagedTensor*)PyCapsule_GetPointer(capsule, name);
+        if (m->deleter == dlpack_ref_api_delete_legacy) {
+            Py_XDECREF((PyObject*)m->manager_ctx);
+            PyMem_Free(m);
+        } else if (m->deleter) {
+            m->deleter(m);
         }
     }
 
