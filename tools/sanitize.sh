@@ -76,9 +76,16 @@ echo "   seen (status $selftest_status): $(grep -h -m1 "runtime error:" "$WORK/u
     -C "cmake.define.CMAKE_MODULE_LINKER_FLAGS=-fsanitize=address,undefined" \
     "$ROOT"
 
+# The test dependencies of the interpreter that runs this script (a virtual
+# environment's too, which --system-site-packages does not reach), after the
+# venv's own site-packages, where the instrumented dlpack-ref is; written
+# after the install, so that pip never sees (or uninstalls) another copy.
+"$PY" -c 'import sys; print("\n".join(p for p in sys.path if p.endswith("-packages")))' \
+    > "$("$WORK/venv/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/dlref_test_deps.pth"
+
 SO="$(ls "$WORK"/venv/lib/python*/site-packages/dlpack_ref/_dlpack_ref*.so)"
-if ! grep -q __asan_report "$SO"; then
-    echo "sanitize.sh: $SO is not instrumented (no __asan_report references)" >&2
+if ! grep -q __asan_report "$SO" || [ "$(cd "$WORK" && LD_PRELOAD="$PRELOAD" ASAN_OPTIONS=detect_leaks=0 "$WORK/venv/bin/python" -c 'import dlpack_ref._dlpack_ref as m; print(m.__file__)')" != "$SO" ]; then
+    echo "sanitize.sh: $SO is not instrumented (no __asan_report references), or not the dlpack_ref the tests import" >&2
     exit 2
 fi
 
