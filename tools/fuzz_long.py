@@ -84,7 +84,7 @@ def run_properties(examples: int, timeout: float, only) -> int:
         return 1
     seconds = time.perf_counter() - t0
     stats = [line for line in r.stdout.splitlines()
-             if "passing examples" in line or "test_properties.py::" in line]
+             if " passing, " in line or "test_properties.py::" in line]
     print("\n".join(stats))
     print(r.stdout.splitlines()[-1] if r.stdout else r.stderr[-3000:])
     print(f"== properties: {examples} examples each, {seconds:.0f} s: "
