@@ -495,15 +495,34 @@ cdef inline int dlpack_ref_take(object capsule, DLPackRefTensor* out) except -1:
     return dlpack_ref_adopt(managed, versioned, out)
 
 
+cdef inline bint _dlpack_ref_dunder_overridden(object tp):
+    """Whether a class of tp's MRO defines ``__dlpack__`` before (below) the
+    one that publishes ``__dlpack_c_exchange_api__``."""
+    for cls in getattr(tp, "__mro__", ()):
+        namespace = getattr(cls, "__dict__", None)
+        if namespace is None:
+            continue
+        if "__dlpack_c_exchange_api__" in namespace:
+            return False
+        if "__dlpack__" in namespace:
+            return True
+    return False
+
+
 cdef inline const DLPackExchangeAPI* dlpack_ref_exchange_api(object tp) except? NULL:
     """The DLPack 1.x exchange table a type publishes as
     ``__dlpack_c_exchange_api__`` (following ``prev_api`` from another major
     version, at most DLPACK_REF_MAX_API_CHAIN links: a longer chain is taken
     as a cycle), or NULL when it has none usable. Any error reading the
     attribute also means "none": the caller falls back to ``__dlpack__``.
+    The table stands in for ``__dlpack__``, so it is not used when a class
+    below the one that publishes it in ``tp.__mro__`` defines ``__dlpack__``:
+    a subclass that overrides ``__dlpack__`` gets its override called.
     Not cached: callers on a hot path keep the result per type."""
     try:
         cap = getattr(tp, "__dlpack_c_exchange_api__", None)
+        if cap is not None and _dlpack_ref_dunder_overridden(tp):
+            return NULL
     except Exception:
         return NULL
     if cap is None or not PyCapsule_IsValid(cap, DLPACK_REF_CAPSULE_EXCHANGE_API):

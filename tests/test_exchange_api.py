@@ -367,11 +367,17 @@ def test_consumer_table_lookup_is_safe_from_many_threads():
     assert results == [inner.data_ptr] * 400 and table.calls == 400
 
 
-def test_an_error_of_the_table_propagates_unchanged():
-    # A type borrowing dlpack-ref's table for objects it cannot export.
+def test_an_error_of_the_table_gives_dunder_dlpacks_answer():
+    # A type borrowing dlpack-ref's table for objects it cannot export: the
+    # table's TypeError is dropped and __dlpack__ answers (tests/test_hostile.py
+    # has the other ways a table fails).
+    def refuse(self, **kwargs):
+        raise BufferError("refused by __dlpack__")
+
     cls = type("Borrower", (), {"__dlpack_c_exchange_api__": Array.__dlpack_c_exchange_api__,
-                                "__dlpack__": lambda self, **k: pytest.fail("__dlpack__ called")})
-    with pytest.raises(TypeError, match="exports Array objects, not Borrower"):
+                                "__dlpack__": refuse, "__dlpack_device__": lambda self: (1, 0)})
+    assert dlpack_ref.exchange_api_version(cls) == (1, 3)
+    with pytest.raises(BufferError, match="refused by __dlpack__"):
         dlpack_ref.from_dlpack(cls())
 
 
@@ -389,11 +395,23 @@ def test_torch_tensor_is_imported_through_torchs_table():
     torch = pytest.importorskip("torch")
     assert dlpack_ref.exchange_api_version(torch.Tensor) == (1, 3)
 
-    class NoDunder(torch.Tensor):
-        def __dlpack__(self, *args, **kwargs):
-            raise AssertionError("__dlpack__ was called")
+    calls = []
 
-    t = torch.arange(6, dtype=torch.float32).reshape(2, 3).as_subclass(NoDunder)
+    class Counting(torch.Tensor):
+        pass
+
+    original = torch.Tensor.__dlpack__
+    t = torch.arange(6, dtype=torch.float32).reshape(2, 3).as_subclass(Counting)
+    # The table, not __dlpack__, exports it: __dlpack__ is not called.
+    torch.Tensor.__dlpack__ = lambda self, *a, **k: calls.append(1) or original(self, *a, **k)
+    try:
+        assert dlpack_ref.exchange_api_version(Counting) == (1, 3)
+        a = dlpack_ref.from_dlpack(t)
+    finally:
+        torch.Tensor.__dlpack__ = original
+    assert calls == []
+    del a
+    gc.collect()
     refs = sys.getrefcount(t)
     a = dlpack_ref.from_dlpack(t)
     assert a.data_ptr == t.data_ptr() and a.shape == (2, 3) and a.strides == (3, 1)
