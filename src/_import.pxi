@@ -177,7 +177,9 @@ def from_dlpack(x, /, *, device=None, copy=None):
         # Pre-1.0 producer: no max_version, dl_device or copy; move/copy here.
         producer_did_it = False
         capsule = x.__dlpack__() if stream is None else x.__dlpack__(stream=stream)
-    except BufferError:
+    except (BufferError, ValueError):
+        # BufferError is the standard refusal; NumPy before 2.4 raises
+        # ValueError ("unsupported device requested") for the same case.
         if not have_target or _can_access(target, source):
             raise
         # The producer cannot reach the target device: take the data as it
