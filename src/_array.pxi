@@ -37,8 +37,10 @@ cdef class Array:
     cdef bint _managed_versioned
     # Host memory allocated here (256-byte aligned), freed in __dealloc__.
     cdef void* _host_alloc
-    # CUDA stream (CUstream handle; 0 = legacy default) that orders this memory.
-    cdef public uintptr_t _stream
+    # CUDA-family memory: the record of its pending work (dlpack_ref.cuda's
+    # PendingWork), one object shared by the Array owning the memory and all
+    # its views; None until needed (see _work_of).
+    cdef object _work
     cdef object __weakref__
 
     def __init__(self, *args, **kwargs):
@@ -258,8 +260,8 @@ cdef class Array:
             c = self.to_device((kDLCPU, 0))
         elif not _is_c_contiguous(self):
             c = self.copy()
-        elif self._device.device_type != kDLCPU:
-            _cuda().synchronize_for_host(self)
+        else:
+            _host_wait(self)
         return (<char*>c._data)[:(_size_of(c) * dlpack_ref_storage_bits(c._dtype, c._flags) + 7) // 8]
 
 
@@ -305,9 +307,51 @@ cdef Array _view(Array src, int32_t ndim):
     v._dtype = src._dtype
     v._device = src._device
     v._flags = src._flags
-    v._stream = src._stream
+    if dlpack_ref_device_cuda_family(src._device.device_type):
+        v._work = _work_of(src)
     v._base = src
     return v
+
+
+cdef object _work_of(Array a):
+    """The pending-work record of a's memory, made on first use. Memory
+    that was not allocated here was handed over ordered on the legacy
+    default stream of its device (DLPack's stream=None)."""
+    if a._work is None:
+        a._work = _PendingWork(a._device.device_id)
+    return a._work
+
+
+cdef int _host_wait(Array a) except -1:
+    """Before the host reads a's memory in place: the pending work is done."""
+    if dlpack_ref_device_cuda_family(a._device.device_type):
+        w = _work_of(a)
+        if not w.idle:
+            _cuda().host_wait(w)
+    return 0
+
+
+cdef tuple _block(Array a, int64_t itemsize):
+    """The description of a's memory that dlpack_ref.cuda copies from/to
+    (CPU Arrays on pinned memory, from a copy to the host on a stream, keep
+    the record of that memory, so its free waits for the copy)."""
+    return (<uintptr_t>a._data, a._device.device_type, a._device.device_id,
+            _work_of(a) if dlpack_ref_device_cuda_family(a._device.device_type) else a._work,
+            tuple([a._strides[i] * itemsize for i in range(a._ndim)]), _is_c_contiguous(a))
+
+
+cdef int _device_copy(Array dst, Array src, object stream, bint dst_is_new) except -1:
+    """Copy src into dst (same shape) through dlpack_ref.cuda."""
+    cdef int64_t bits = dlpack_ref_storage_bits(src._dtype, src._flags)
+    cdef int64_t itemsize = bits // 8 if bits >= 8 else 0
+    if itemsize and src._device.device_type == kDLCPU and dst._device.device_type != kDLCPU \
+            and not _is_c_contiguous(src):
+        # Gather pageable host data on the host: one transfer instead of many.
+        src = _copy_to(src, src._device, None)
+    cuda = _cuda()
+    cuda.copy_array(cuda.Block(*_block(dst, itemsize)), cuda.Block(*_block(src, itemsize)), src.shape,
+                    itemsize, <size_t>((_size_of(src) * bits + 7) // 8), stream, dst_is_new=dst_is_new)
+    return 0
 
 
 cdef inline int64_t _size_of(Array a) noexcept:
@@ -318,28 +362,28 @@ cdef inline int64_t _size_of(Array a) noexcept:
     return n
 
 
-cdef bint _is_c_contiguous(Array a) noexcept:
+cdef bint _is_dense(Array a, bint row_major) noexcept:
+    """Whether a's elements are packed without gaps in row-major (C) or
+    column-major (Fortran) order; size-1 axes may have any stride and an
+    empty array is dense in both orders, as NumPy has it."""
     cdef int64_t expected = 1
-    cdef int i
-    for i in range(a._ndim - 1, -1, -1):
-        if a._shape[i] == 0:
-            return True
-        if a._shape[i] != 1 and a._strides[i] != expected:
-            return False
-        expected *= a._shape[i]
-    return True
-
-
-cdef bint _is_f_contiguous(Array a) noexcept:
-    cdef int64_t expected = 1
-    cdef int i
+    cdef int i, axis
+    if _size_of(a) == 0:
+        return True
     for i in range(a._ndim):
-        if a._shape[i] == 0:
-            return True
-        if a._shape[i] != 1 and a._strides[i] != expected:
+        axis = a._ndim - 1 - i if row_major else i
+        if a._shape[axis] != 1 and a._strides[axis] != expected:
             return False
-        expected *= a._shape[i]
+        expected *= a._shape[axis]
     return True
+
+
+cdef inline bint _is_c_contiguous(Array a) noexcept:
+    return _is_dense(a, True)
+
+
+cdef inline bint _is_f_contiguous(Array a) noexcept:
+    return _is_dense(a, False)
 
 
 cdef inline void _set_c_strides(Array a) noexcept:
@@ -389,6 +433,7 @@ cdef Array _empty(tuple shape, DLDataType dt, DLDevice device, bint padded_subby
     elif dlpack_ref_device_supported(device.device_type):
         owner = _cuda().allocate(_device_object(device), nbytes)
         a._base = owner
+        a._work = owner.work
         a._data = <char*><uintptr_t>owner.ptr
     else:
         raise BufferError(
@@ -413,7 +458,7 @@ cdef Array _copy_to(Array src, DLDevice target, object stream):
     if src._device.device_type == kDLCPU and target.device_type == kDLCPU:
         _host_copy(dst, src)
     else:
-        _cuda().copy_array(dst, src, stream)
+        _device_copy(dst, src, stream, True)
     return dst
 
 
@@ -445,7 +490,7 @@ cdef int _assign(Array dst, Array src) except -1:
             and dst._device.device_type == kDLCPU and b._device.device_type == kDLCPU:
         _host_copy(dst, b)
     else:
-        _cuda().copy_array(dst, b, None, dst_is_new=False)
+        _device_copy(dst, b, None, False)
     return 0
 
 
@@ -581,4 +626,4 @@ def _fill_zero(Array a):
     if a._device.device_type == kDLCPU:
         memset(a._data, 0, n)
     else:
-        _cuda().memset(a, 0, n)
+        _cuda().memset(<uintptr_t>a._data, a._device.device_type, a._device.device_id, _work_of(a), 0, n)

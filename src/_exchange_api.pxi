@@ -35,6 +35,9 @@ cdef int _api_from_py_object(void* py_object, DLManagedTensorVersioned** out) ex
     if not isinstance(obj, Array):
         raise TypeError(f"dlpack-ref's exchange API exports Array objects, not {type(obj).__name__}")
     cdef Array a = <Array>obj
+    if dlpack_ref_device_cuda_family(a._device.device_type) and not _work_of(a).idle:
+        # No host sync, but the stream current_work_stream reports carries the data.
+        _cuda().export_no_sync(_work_of(a), a._device.device_type, a._device.device_id)
     out[0] = _versioned_block(a, a._flags & (DLPACK_FLAG_BITMASK_READ_ONLY | DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED))
     return 0
 
@@ -42,6 +45,9 @@ cdef int _api_from_py_object(void* py_object, DLManagedTensorVersioned** out) ex
 cdef int _api_to_py_object(DLManagedTensorVersioned* tensor, void** out_py_object) except -1:
     # Takes ownership of `tensor`: on failure its deleter has been called.
     cdef Array a = _array_from_managed(tensor, True)
+    if dlpack_ref_device_cuda_family(a._device.device_type):
+        # The library enqueued its work on the stream current_work_stream reported.
+        _cuda().record_current(_work_of(a), a._device.device_type, a._device.device_id)
     Py_INCREF(a)
     out_py_object[0] = <void*>a
     return 0
@@ -123,5 +129,6 @@ cdef Array _import_via_exchange_api(DLPackExchangeAPI* api, object x):
         # "NoSync": ordering is ours to do: wait for the producer's stream.
         if api.current_work_stream != NULL:
             api.current_work_stream(a._device.device_type, a._device.device_id, &producer_stream)
-        _cuda().wait_for_producer(a, <uintptr_t>producer_stream)
+        _cuda().wait_for_producer(_work_of(a), a._device.device_type, a._device.device_id,
+                                  <uintptr_t>producer_stream)
     return a

@@ -27,6 +27,9 @@ def _stream_context_entered(int delta):
         _stream_contexts += delta
 
 
+_cuda_streams.set_context_counter(_stream_context_entered)
+
+
 cdef Array _array_from_capsule(object capsule):
     if not PyCapsule_CheckExact(capsule):
         raise TypeError(f"__dlpack__ returned {type(capsule).__name__}, not a DLPack capsule")
@@ -194,8 +197,8 @@ def from_dlpack(x, /, *, device=None, copy=None):
     a = _array_from_capsule(capsule)
     if stream is not None and stream != -1 and dlpack_ref_device_cuda_family(a._device.device_type) and \
             (stream > 2 or a._device.device_id == source.device_id):
-        # The producer ordered the data on our stream: it is the Array's now.
-        a._stream = 0 if stream == 1 else <uintptr_t>stream
+        # The producer ordered the data on our stream: its last write.
+        _cuda().imported(_work_of(a), a._device.device_type, a._device.device_id, stream)
     return _finish_import(a, target, copy, producer_did_it, stream)
 
 

@@ -1,4 +1,6 @@
 # cython: language_level=3
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: dlpack-ref developers
 #
 # The Cython API of dlpack-ref: the checks every DLPack consumer must make,
 # and the export and import of capsules, as inline functions that another
@@ -228,16 +230,19 @@ cdef inline int64_t dlpack_ref_element_count(const int64_t* shape, int32_t ndim)
 
 cdef inline int64_t dlpack_ref_span(const int64_t* shape, const int64_t* strides, int32_t ndim) noexcept nogil:
     """Elements between the first and the farthest element, sum |stride| *
-    (extent - 1), for a non-empty tensor; -1 when it overflows int64."""
+    (extent - 1), for a non-empty tensor; -1 when it overflows int64 or a
+    stride is INT64_MAX or INT64_MIN."""
     cdef int64_t span = 0
     cdef int64_t stride
     cdef int i
     for i in range(ndim):
+        stride = strides[i]
+        # The two extreme values cannot be negated or stepped over, whatever
+        # the extent: refused on every axis.
+        if stride == INT64_MAX or stride < -INT64_MAX:
+            return -1
         if shape[i] <= 1:
             continue
-        stride = strides[i]
-        if stride < -INT64_MAX:
-            return -1
         if stride < 0:
             stride = -stride
         if stride and shape[i] - 1 > (INT64_MAX - span) // stride:

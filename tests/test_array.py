@@ -458,3 +458,14 @@ def test_array_cannot_be_constructed_or_pickled():
     import pickle
     with pytest.raises(TypeError, match="Array does not pickle"):
         pickle.dumps(dr.zeros(2))
+
+
+def test_array_claims_no_array_api_namespace():
+    """dlpack_ref is not an array API namespace, so the Array does not claim one
+    (array-api-compat is the oracle of what claiming means)."""
+    compat = pytest.importorskip("array_api_compat")
+    a = dr.zeros(3)
+    assert not hasattr(a, "__array_namespace__")
+    assert not compat.is_array_api_obj(a)
+    with pytest.raises(TypeError):
+        compat.array_namespace(a)
