@@ -37,6 +37,7 @@ def factory():
     """A fresh CapsuleFactory, so each test counts only its own deleter calls."""
     return _FactoryPerThread()
 
+
 @pytest.fixture
 def sim():
     """The simulated driver (skips on a real GPU): its violations start empty
