@@ -265,6 +265,29 @@ cdef class Array:
         return (<char*>c._data)[:(_size_of(c) * dlpack_ref_storage_bits(c._dtype, c._flags) + 7) // 8]
 
 
+# Array.__new__(Array) from Python would make an Array with NULL data, dtype
+# (0, 0, 0) and device (0, 0) that exports as such. The core makes Arrays
+# by calling the type's C constructor directly (Cython compiles
+# Array.__new__(Array) to that call), so the type's tp_new slot, which
+# Python-level construction goes through, can refuse.
+cdef extern from *:
+    """
+    static PyObject* dlref_refuse_new(PyTypeObject* type, PyObject* args, PyObject* kwds) {
+        PyErr_Format(PyExc_TypeError,
+                     "%s cannot be created directly; use asarray, from_dlpack, empty or zeros",
+                     type->tp_name);
+        return NULL;
+    }
+    static void dlref_refuse_python_new(PyObject* type) {
+        ((PyTypeObject*)type)->tp_new = dlref_refuse_new;
+        PyType_Modified((PyTypeObject*)type);
+    }
+    """
+    void dlref_refuse_python_new(object type)
+
+dlref_refuse_python_new(Array)
+
+
 # --- small helpers of the Array --------------------------------------------
 
 cdef inline Array _new_array(int32_t ndim):
@@ -355,8 +378,13 @@ cdef int _device_copy(Array dst, Array src, object stream, bint dst_is_new) exce
 
 
 cdef inline int64_t _size_of(Array a) noexcept:
+    # An empty array's extents may multiply past int64 (the product rule
+    # counts a zero extent first), so a zero is looked for before multiplying.
     cdef int64_t n = 1
     cdef int i
+    for i in range(a._ndim):
+        if a._shape[i] == 0:
+            return 0
     for i in range(a._ndim):
         n *= a._shape[i]
     return n
@@ -405,17 +433,18 @@ cdef Array _empty(tuple shape, DLDataType dt, DLDevice device, bint padded_subby
         raise ValueError(f"ndim={nd} exceeds the maximum of {DLPACK_REF_MAX_NDIM}")
     dlpack_check_dtype(dt)
     cdef Array a = _new_array(nd)
-    cdef int64_t n = 1
     cdef int i
-    cdef int64_t extent
     for i in range(nd):
-        extent = shape[i]
-        if extent < 0:
-            raise ValueError(f"negative dimension {extent} in shape {shape!r}")
-        if extent and n > INT64_MAX // extent:
-            raise ValueError(f"shape {shape!r} has more elements than fit in int64")
-        n *= extent
-        a._shape[i] = extent
+        if not -INT64_MAX <= shape[i] <= INT64_MAX:
+            raise ValueError(f"dimension {shape[i]} in shape {shape!r} does not fit int64")
+        a._shape[i] = shape[i]
+    # The documented rule: the product of the extents fits int64 (an empty
+    # shape's product is 0, whatever its other extents).
+    cdef int64_t n = dlpack_ref_element_count(a._shape, nd)
+    if n == -1:
+        raise ValueError(f"negative dimension {min(shape)} in shape {shape!r}")
+    if n == -2:
+        raise ValueError(f"shape {shape!r} has more elements than fit in int64")
     _set_c_strides(a)
     a._dtype = dt
     a._device = device
@@ -469,6 +498,8 @@ cdef int _host_copy(Array dst, Array src) except -1:
     cdef int64_t dst_b[DLPACK_REF_MAX_NDIM]
     cdef int64_t src_b[DLPACK_REF_MAX_NDIM]
     cdef int i
+    if _size_of(src) == 0:
+        return 0
     if bits < 8:
         if not (_is_c_contiguous(src) and _is_c_contiguous(dst)):
             raise BufferError(f"strided copies of packed sub-byte {src.dtype} data are not supported")
@@ -484,7 +515,13 @@ cdef int _host_copy(Array dst, Array src) except -1:
 
 
 cdef int _assign(Array dst, Array src) except -1:
-    """dst[...] = src with broadcasting of size-1 / missing leading dims."""
+    """dst[...] = src with broadcasting of size-1 / missing leading dims.
+
+    Overlap-safe as NumPy is: when the bytes src reads and the bytes dst
+    writes intersect (a reversed, shifted or transposed view of the same
+    memory), src is copied to a temporary first."""
+    if _overlaps(dst, src):
+        src = src.copy()
     cdef Array b = _broadcast_to(src, dst)
     if dlpack_ref_device_host_accessible(dst._device.device_type) and dlpack_ref_device_host_accessible(b._device.device_type) \
             and dst._device.device_type == kDLCPU and b._device.device_type == kDLCPU:
@@ -492,6 +529,34 @@ cdef int _assign(Array dst, Array src) except -1:
     else:
         _device_copy(dst, b, None, False)
     return 0
+
+
+cdef inline void _byte_range(Array a, uintptr_t* low, uintptr_t* high) noexcept:
+    """[low, high): the bytes a non-empty Array's elements occupy."""
+    cdef int64_t itemsize = (dlpack_ref_storage_bits(a._dtype, a._flags) + 7) // 8
+    cdef int64_t below = 0
+    cdef int64_t above = 0
+    cdef int i
+    for i in range(a._ndim):
+        if a._shape[i] > 1:
+            if a._strides[i] < 0:
+                below += a._strides[i] * (a._shape[i] - 1)
+            else:
+                above += a._strides[i] * (a._shape[i] - 1)
+    low[0] = <uintptr_t>(a._data + below * itemsize)
+    high[0] = <uintptr_t>(a._data + (above + 1) * itemsize)
+
+
+cdef bint _overlaps(Array a, Array b) noexcept:
+    """Whether two Arrays on one device share any byte (empty ones share none)."""
+    cdef uintptr_t a_low, a_high, b_low, b_high
+    if a._device.device_type != b._device.device_type or a._device.device_id != b._device.device_id:
+        return False
+    if _size_of(a) == 0 or _size_of(b) == 0:
+        return False
+    _byte_range(a, &a_low, &a_high)
+    _byte_range(b, &b_low, &b_high)
+    return a_low < b_high and b_low < a_high
 
 
 cdef Array _broadcast_to(Array src, Array like):
@@ -542,8 +607,12 @@ cdef Array _basic_index(Array a, object key):
     out_strides = []
     cdef int64_t offset = 0
     cdef int axis = 0
-    cdef int64_t size, stride, idx
-    cdef Py_ssize_t start, stop, step, length
+    cdef int64_t size, stride, idx, length
+    # In a non-empty Array every element's offset fits int64 (checked when it
+    # was made), so offsets and strides of its views do too; an empty one
+    # addresses no element, so none is computed (its extents and strides may
+    # be anything the product rule allows).
+    cdef bint empty = _size_of(a) == 0
     for k in expanded:
         if k is None:
             out_shape.append(1)
@@ -552,12 +621,20 @@ cdef Array _basic_index(Array a, object key):
         size = a._shape[axis]
         stride = a._strides[axis]
         if isinstance(k, slice):
+            # Python ints: a step or bound of any size is clamped as NumPy does.
             start, stop, step = (<slice>k).indices(size)
             length = len(range(start, stop, step))
-            if length > 0:
-                offset += start * stride
+            if length > 0 and not empty:
+                offset += <int64_t>start * stride
             out_shape.append(length)
-            out_strides.append(stride * step)
+            # One element or none: the stride never addresses memory; it is
+            # NumPy's stride * step when that fits int64, else the axis's own.
+            if length <= 1:
+                out_strides.append(stride * step if -INT64_MAX <= stride * step <= INT64_MAX else stride)
+            elif empty:
+                out_strides.append(<int64_t>(<uint64_t>stride * <uint64_t><int64_t>step))
+            else:
+                out_strides.append(stride * <int64_t>step)
         elif isinstance(k, bool) or not hasattr(k, "__index__"):
             raise IndexError(
                 f"only integers, slices, Ellipsis and None are valid indices (basic indexing), not {type(k).__name__}")
@@ -568,8 +645,13 @@ cdef Array _basic_index(Array a, object key):
             idx = index
             if idx < 0:
                 idx += size
-            offset += idx * stride
+            if not empty:
+                offset += idx * stride
         axis += 1
+    if len(out_shape) > DLPACK_REF_MAX_NDIM:
+        raise IndexError(
+            f"the index {key!r} makes an Array of {len(out_shape)} dimensions; the maximum is "
+            f"{DLPACK_REF_MAX_NDIM}")
     cdef Array v = _view(a, len(out_shape))
     cdef int i
     for i in range(v._ndim):

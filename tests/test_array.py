@@ -288,9 +288,9 @@ def _get_writable_buffer(obj):
     """PyObject_GetBuffer(obj, PyBUF_WRITABLE) called directly: CPython's own
     'w*' argument parsers turn the exporter's BufferError into a TypeError."""
     import ctypes
-    from dlpack_ref.testing import _c_api
-    get = _c_api("PyObject_GetBuffer", ctypes.c_int, ctypes.py_object, ctypes.c_void_p, ctypes.c_int)
-    release = _c_api("PyBuffer_Release", None, ctypes.c_void_p)
+    from dlpack_ref.testing import c_api
+    get = c_api("PyObject_GetBuffer", ctypes.c_int, ctypes.py_object, ctypes.c_void_p, ctypes.c_int)
+    release = c_api("PyBuffer_Release", None, ctypes.c_void_p)
     view = (ctypes.c_char * 256)()  # larger than any Py_buffer
     get(obj, ctypes.addressof(view), 0x0001)  # PyBUF_WRITABLE
     release(ctypes.addressof(view))

@@ -108,13 +108,24 @@ def test_import_walks_strides_of_any_producer(ext, make):
 def test_import_of_a_torch_tensor_uses_its_table(ext):
     torch = pytest.importorskip("torch")
 
-    class NoDunder(torch.Tensor):
-        def __dlpack__(self, *args, **kwargs):
-            raise AssertionError("__dlpack__ was called")
+    class Plain(torch.Tensor):
+        pass
 
-    t = torch.arange(6, dtype=torch.float64).reshape(2, 3).as_subclass(NoDunder)
+    t = torch.arange(6, dtype=torch.float64).reshape(2, 3).as_subclass(Plain)
     assert ext.total(t) == 15
     assert ext.describe(t)[0] == t.data_ptr()
+
+
+def test_import_calls_an_override_of_dunder_dlpack_instead_of_the_table(ext):
+    torch = pytest.importorskip("torch")
+
+    class Refusing(torch.Tensor):
+        def __dlpack__(self, *args, **kwargs):
+            raise BufferError("refused by the override")
+
+    t = torch.arange(3, dtype=torch.float64).as_subclass(Refusing)
+    with pytest.raises(BufferError, match="refused by the override"):
+        ext.total(t)
 
 
 def test_to_array_hands_the_tensor_to_dlpack_ref(ext):

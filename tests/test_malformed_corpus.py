@@ -12,7 +12,7 @@ import pytest
 
 from dlpack_ref import from_dlpack
 from dlpack_ref._devices import SUPPORTED
-from dlpack_ref.testing import capsule_name
+from dlpack_ref.testing import capsule_name, verdict
 from support.build_ext import build_api_demo
 from support.malformed import MALFORMED, POLICY_ONLY, VALID
 
@@ -46,6 +46,10 @@ def test_same_verdict_everywhere(factory, api, kwargs, versioned, valid, policy_
     verdicts = {}
     for name, consume in consumers.items():
         cap = factory.make(versioned=versioned, **kwargs)
+        if name == "from_dlpack":
+            # The checker's reader reads without consuming: asked first.
+            verdicts["reader, universal"] = verdict(cap, devices=None) is None
+            verdicts["reader, dlpack-ref policy"] = verdict(cap) is None
         verdicts[name] = _verdict(consume, cap)
         assert capsule_name(cap).startswith(b"used_"), f"{name} did not take ownership"
         del cap
@@ -54,5 +58,6 @@ def test_same_verdict_everywhere(factory, api, kwargs, versioned, valid, policy_
     assert factory.deleter_calls == len(consumers)
     device_type = kwargs.get("device", (1, 0))[0]
     universal = valid or policy_only
-    assert verdicts["vendorable API"] is universal, verdicts
-    assert verdicts["from_dlpack"] is (universal and device_type in SUPPORTED), verdicts
+    assert verdicts["vendorable API"] is verdicts["reader, universal"] is universal, verdicts
+    assert verdicts["from_dlpack"] is verdicts["reader, dlpack-ref policy"] is (
+        universal and device_type in SUPPORTED), verdicts
