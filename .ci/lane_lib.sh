@@ -8,7 +8,7 @@
 # ml_dtypes 0.7 rounds float8_e8m0fnu unlike PyTorch and ml_dtypes 0.6
 # (test_dtypes' e8m0 oracle tests): held back until that is settled.
 LANE_TEST_DEPS=(pytest hypothesis "ml_dtypes<0.7" array-api-strict pytest-run-parallel
-                cython scikit-build-core cmake ninja)
+                jsonschema cython scikit-build-core cmake ninja)
 
 # lane_venv PYTHON: create and activate a fresh virtual environment of PYTHON.
 lane_venv() {
