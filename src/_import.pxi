@@ -223,7 +223,9 @@ def from_dlpack(x, /, *, device=None, copy=None):
         # Pre-1.0 producer: no max_version, dl_device or copy; move/copy here.
         producer_did_it = False
         capsule = x.__dlpack__() if stream is None else x.__dlpack__(stream=stream)
-    except BufferError:
+    except (BufferError, ValueError):
+        # BufferError is the standard refusal; NumPy before 2.4 raises
+        # ValueError ("unsupported device requested") for the same case.
         if not have_target and copy is None:
             raise
         # The producer cannot move or copy as asked (another device, or no

@@ -29,6 +29,7 @@
 
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t, INT64_MAX
 from libc.string cimport strcmp
+cimport cython
 from cpython.object cimport PyObject
 from cpython.pycapsule cimport (
     PyCapsule_CheckExact, PyCapsule_GetName, PyCapsule_GetPointer, PyCapsule_IsValid, PyCapsule_SetName,
@@ -462,17 +463,24 @@ cdef inline void* dlpack_ref_claim(object capsule, bint* versioned) except NULL:
     struct it is."""
     if not PyCapsule_CheckExact(capsule):
         raise TypeError(f"expected a DLPack capsule, not {type(capsule).__name__}")
-    cdef const char* name = PyCapsule_GetName(capsule)
-    cdef void* managed
-    if name != NULL and strcmp(name, DLPACK_REF_CAPSULE_VERSIONED) == 0:
-        managed = PyCapsule_GetPointer(capsule, DLPACK_REF_CAPSULE_VERSIONED)
-        PyCapsule_SetName(capsule, DLPACK_REF_CAPSULE_USED_VERSIONED)
-        versioned[0] = True
-        return managed
-    if name != NULL and strcmp(name, DLPACK_REF_CAPSULE_LEGACY) == 0:
-        managed = PyCapsule_GetPointer(capsule, DLPACK_REF_CAPSULE_LEGACY)
-        PyCapsule_SetName(capsule, DLPACK_REF_CAPSULE_USED_LEGACY)
-        versioned[0] = False
+    cdef const char* name
+    cdef void* managed = NULL
+    # Read and rename under the capsule's critical section: without the GIL
+    # two threads could both read the unused name and both take the tensor
+    # (two owners, the deleter called twice). It serializes the consumers
+    # that lock the capsule (this API, so dlpack-ref); a library that renames
+    # without locking races with them (docs/guarantees.md, Free threading).
+    with cython.critical_section(capsule):
+        name = PyCapsule_GetName(capsule)
+        if name != NULL and strcmp(name, DLPACK_REF_CAPSULE_VERSIONED) == 0:
+            managed = PyCapsule_GetPointer(capsule, DLPACK_REF_CAPSULE_VERSIONED)
+            PyCapsule_SetName(capsule, DLPACK_REF_CAPSULE_USED_VERSIONED)
+            versioned[0] = True
+        elif name != NULL and strcmp(name, DLPACK_REF_CAPSULE_LEGACY) == 0:
+            managed = PyCapsule_GetPointer(capsule, DLPACK_REF_CAPSULE_LEGACY)
+            PyCapsule_SetName(capsule, DLPACK_REF_CAPSULE_USED_LEGACY)
+            versioned[0] = False
+    if managed != NULL:
         return managed
     if name != NULL and (strcmp(name, DLPACK_REF_CAPSULE_USED_VERSIONED) == 0
                          or strcmp(name, DLPACK_REF_CAPSULE_USED_LEGACY) == 0):

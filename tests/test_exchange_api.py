@@ -251,7 +251,8 @@ class Table:
     its calls. ``prev`` links an older table; ``major`` sets the header."""
 
     def __init__(self, major=1, minor=3, prev=None, from_py=True, name=NAME_EXCHANGE_API):
-        self.calls = 0
+        # One entry per call: list.append is atomic without the GIL, `+= 1` is not.
+        self._call_log = []
         self.prev = prev
         self._callback = FROM_PY_CALLBACK_T(self._from_py)
         self.struct = DLPackExchangeAPI()
@@ -263,8 +264,12 @@ class Table:
         self._name = ctypes.c_char_p(name)
         self.capsule = _PyCapsule_New(ctypes.addressof(self.struct), self._name, None)
 
+    @property
+    def calls(self):
+        return len(self._call_log)
+
     def _from_py(self, py_object, out):
-        self.calls += 1
+        self._call_log.append(None)
         inner = ctypes.cast(py_object, ctypes.py_object).value.inner
         return FROM_PY_T(our_table().managed_tensor_from_py_object_no_sync)(id(inner), out)
 

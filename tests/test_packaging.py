@@ -115,7 +115,7 @@ def test_version_comes_from_the_package_metadata():
 # --- cimport from the installed package, no include path ----------------------
 
 _CIMPORT_DEMO = """\
-# cython: language_level=3
+# cython: language_level=3, freethreading_compatible=True
 from dlpack_ref.dlpack cimport DLTensor, kDLCPU
 from dlpack_ref.dlpack_ref_api cimport DLPackRefTensor, dlpack_ref_import, dlpack_ref_release
 

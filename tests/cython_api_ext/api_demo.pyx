@@ -1,4 +1,4 @@
-# cython: language_level=3
+# cython: language_level=3, freethreading_compatible=True
 """A small extension built against dlpack-ref's Cython API (the way a library
 that vendors or depends on dlpack-ref would use it), for tests/test_cython_api.py."""
 

@@ -1,0 +1,51 @@
+# Helpers for the lane scripts of .ci/run (sourced by them, not run).
+# A lane script runs in the repository root with CI_LANE_DIR set to its own
+# scratch folder; it exits non-zero when the lane fails.
+
+# Test dependencies every extra lane installs besides its NumPy (wheels only:
+# a missing wheel must fail the lane, not start a source build). torch, jax,
+# cuda-core and apache-tvm-ffi are the main lane's: their tests skip here.
+# ml_dtypes 0.7 rounds float8_e8m0fnu unlike PyTorch and ml_dtypes 0.6
+# (test_dtypes' e8m0 oracle tests): held back until that is settled.
+LANE_TEST_DEPS=(pytest hypothesis "ml_dtypes<0.7" array-api-strict pytest-run-parallel
+                jsonschema cython scikit-build-core cmake ninja)
+
+# lane_venv PYTHON: create and activate a fresh virtual environment of PYTHON.
+lane_venv() {
+    "$1" -m venv --clear "$CI_LANE_DIR/venv"
+    # shellcheck disable=SC1091
+    . "$CI_LANE_DIR/venv/bin/activate"
+    python -m pip install --quiet --upgrade pip
+}
+
+# lane_python VERSION: the full path of a pyenv-installed CPython VERSION
+# (e.g. 3.10), else of pythonVERSION on PATH.
+lane_python() {
+    local root=${PYENV_ROOT:-$HOME/.pyenv} found
+    found=$(ls -d "$root"/versions/"$1".*/bin/python"$1" 2>/dev/null | sort -V | tail -n 1 || true)
+    [[ -n "$found" ]] || found=$(command -v "python$1" || true)
+    [[ -n "$found" ]] || { echo "no Python $1 (pyenv versions / PATH)" >&2; return 1; }
+    echo "$found"
+}
+
+# lane_install NUMPY_SPEC: the test dependencies with that NumPy, then
+# dlpack-ref itself, built against them.
+lane_install() {
+    pip install --quiet --only-binary=:all: "numpy$1" "${LANE_TEST_DEPS[@]}"
+    pip install --quiet --no-build-isolation --no-deps .
+    python -c 'import sys, numpy, dlpack_ref; print("lane:", sys.version.split()[0], "numpy", numpy.__version__)'
+}
+
+# run_pytest LABEL ARGS...: pytest ARGS; exit 5 (nothing collected) is a
+# failure too: a lane that tests nothing must not pass.
+run_pytest() {
+    local label=$1 rc=0
+    shift
+    echo "== pytest ($label): $* =="
+    python -m pytest -ra -p no:cacheprovider "$@" || rc=$?
+    if [[ $rc -eq 5 ]]; then
+        echo "pytest ($label) collected no tests (exit 5): the lane tested nothing"
+        return 1
+    fi
+    return "$rc"
+}
