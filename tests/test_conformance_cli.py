@@ -4,6 +4,7 @@ library through the generic adapter, the report formats and the JSON schema."""
 import contextlib
 import io
 import json
+import re
 import subprocess
 import sys
 
@@ -127,7 +128,9 @@ def test_failure_lines_are_short_and_rules_are_stated_once(numpy_run):
     lines = [line for line in failures.split("\n\nRules broken above:")[0].splitlines() if line.startswith("- ")]
     assert lines and all(len(line) <= 210 for line in lines)
     assert failures.count("a NULL shape with ndim > 0 is refused") == 1
-    assert "- numpy 2." in out and " pass, 9 fail, 0 error, " in out
+    # The summary counts what the failure lines list (NumPy 2.3 fails one rule more than 2.4).
+    counted = re.search(r"^- numpy 2\.[\d.]+: \d+ pass, (\d+) fail, 0 error, ", out, re.M)
+    assert counted and int(counted[1]) == sum(line.startswith("- [fail] numpy:") for line in lines) >= 9
 
 
 def test_version_and_help_name_the_console_script():

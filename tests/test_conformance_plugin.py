@@ -79,7 +79,8 @@ def test_rules_are_selectable_with_k(numpy_project):
 
 def test_marks_and_the_command_line_allow_file(numpy_project):
     numpy_project.makefile(".txt", extra="* consumer.* every consumer rule, for this test\n"
-                                         "* producer.dlpack_device_type plain int\n")
+                                         "* producer.dlpack_device_type plain int\n"
+                                         "* producer.dl_device_unsupported ValueError before NumPy 2.4\n")
     result = numpy_project.runpytest("-p", "no:cacheprovider", "--dlpack-allow", "extra.txt", "-rs")
     assert result.ret == pytest.ExitCode.OK
     assert "no scalars here" in result.stdout.str()

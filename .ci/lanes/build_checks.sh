@@ -6,7 +6,7 @@ set -euo pipefail
 # shellcheck source=../lane_lib.sh
 . .ci/lane_lib.sh
 lane_venv "$(lane_python 3.11)"
-pip install --quiet --no-build-isolation . 2>/dev/null || pip install --quiet .
+pip install --quiet .
 echo "== strict compiler flags (gcc, clang) =="
 bash tools/strict_build.sh
 echo "== manylinux wheel in a fresh venv =="
