@@ -1,16 +1,16 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
 # cython: freethreading_compatible=True, embedsignature=True
-"""The dlpack-ref core: capsules out (producer), capsules in (consumer),
-validation, the Array type and the DLPack 1.3 C exchange API table.
+"""The dlpack-ref core: the Array type, capsules out (export), capsules in
+(import) and the DLPack 1.3 C exchange API table, in one extension built
+from the ordered list of concept files below.
 
-Three kinds of state are kept apart on purpose:
-- C structs handed to other libraries (one malloc per export, see _export);
-- the deleters and capsule destructors that end their life (C helpers below,
-  safe without the GIL and after interpreter finalization);
-- Python objects (Array, the owners that keep memory alive).
+Every DLPack rule a consumer must check is in dlpack_ref_api.pxd, the
+vendorable Cython API, which this module cimports: libraries that vendor it
+get the reference's own checks. Capsule names, flags, the version and the
+limits are spelled once, in dlpack.pxd.
 """
 
-from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint64_t, uintptr_t, INT64_MAX
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t, uintptr_t, INT64_MAX
 from libc.stdlib cimport malloc, free
 from libc.string cimport memcpy, memset, strcmp
 
@@ -26,8 +26,32 @@ from cpython.pycapsule cimport (
 from cpython.ref cimport Py_INCREF, Py_DECREF
 
 from dlpack cimport *
+from dlpack_ref_api cimport *
 
-include "_runtime.pxi"
-include "_core_array.pxi"
-include "_consumer.pxi"
+# C-only helpers: aligned host memory, strided copies, the testing trampolines.
+include "_capi.pxi"
+# Devices: Device objects, parsing, the device families, the in-place access table.
+include "_devices.pxi"
+# Dtypes: element sizes and buffer-protocol formats, from the one dtype table.
+include "_dtypes.pxi"
+# The Array: metadata, views and indexing, allocation, copies, assignment.
+include "_array.pxi"
+# Export: __dlpack__ arguments, the buffer protocol, the one allocation per capsule.
+include "_export.pxi"
+# Import: capsule intake, from_dlpack, inspect, buffer import.
+include "_import.pxi"
+# The DLPack 1.3 C exchange API: our table, and other types' tables looked up once.
 include "_exchange_api.pxi"
+
+#: (major, minor) of the DLPack ABI this core implements, read from dlpack.h.
+DLPACK_VERSION = (DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION)
+#: The most dimensions an Array or an imported tensor may have.
+MAX_NDIM = DLPACK_REF_MAX_NDIM
+#: The names a DLPack capsule carries, for Python code (one spelling: dlpack.pxd).
+CAPSULE_NAMES = {
+    "versioned": DLPACK_REF_CAPSULE_VERSIONED.decode(),
+    "legacy": DLPACK_REF_CAPSULE_LEGACY.decode(),
+    "used_versioned": DLPACK_REF_CAPSULE_USED_VERSIONED.decode(),
+    "used_legacy": DLPACK_REF_CAPSULE_USED_LEGACY.decode(),
+    "exchange_api": DLPACK_REF_CAPSULE_EXCHANGE_API.decode(),
+}

@@ -5,39 +5,22 @@
 cdef extern from "Python.h":
     ctypedef struct _TypeObjectWithDict "PyTypeObject":
         PyObject* tp_dict
-    void PyType_Modified(object tp)
-
-cdef const char* NAME_EXCHANGE_API = b"dlpack_exchange_api"
-
-
-cdef DLManagedTensorVersioned* _versioned_block(Array a, uint64_t flags) except NULL:
-    """The single allocation of a versioned export, owning one reference to a."""
-    cdef size_t nd = <size_t>a._ndim
-    cdef DLManagedTensorVersioned* m = <DLManagedTensorVersioned*>PyMem_Malloc(
-        sizeof(DLManagedTensorVersioned) + 2 * nd * sizeof(int64_t))
-    if m == NULL:
-        raise MemoryError()
-    m.version.major = DLPACK_MAJOR_VERSION
-    m.version.minor = DLPACK_MINOR_VERSION
-    m.flags = flags
-    _fill_dltensor(&m.dl_tensor, a, <int64_t*>(<char*>m + sizeof(DLManagedTensorVersioned)))
-    m.manager_ctx = <void*>a
-    m.deleter = _delete_versioned
-    Py_INCREF(a)
-    return m
+    # Declared with its C parameter type: GCC 14 makes passing a PyObject*
+    # for a PyTypeObject* an error (-Werror=incompatible-pointer-types).
+    void PyType_Modified(_TypeObjectWithDict* tp)
 
 
 cdef int _api_allocator(DLTensor* prototype, DLManagedTensorVersioned** out, void* error_ctx,
                         void (*set_error)(void*, const char*, const char*) noexcept nogil) noexcept nogil:
     with gil:
         try:
-            if prototype == NULL or prototype.ndim < 0 or prototype.ndim > MAX_NDIM or (
+            if prototype == NULL or prototype.ndim < 0 or prototype.ndim > DLPACK_REF_MAX_NDIM or (
                     prototype.ndim > 0 and prototype.shape == NULL):
                 raise ValueError("the allocator's prototype must be a DLTensor with 0 to "
-                                 f"{MAX_NDIM} dimensions and a shape")
+                                 f"{DLPACK_REF_MAX_NDIM} dimensions and a shape")
             shape = tuple([prototype.shape[i] for i in range(prototype.ndim)])
             a = _empty(shape, prototype.dtype, prototype.device)
-            out[0] = _versioned_block(a, (<Array>a)._flags & FLAG_SUBBYTE_PADDED)
+            out[0] = _versioned_block(a, (<Array>a)._flags & DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED)
             return 0
         except BaseException as exc:
             kind = type(exc).__name__.encode("utf-8", "replace")
@@ -52,13 +35,13 @@ cdef int _api_from_py_object(void* py_object, DLManagedTensorVersioned** out) ex
     if not isinstance(obj, Array):
         raise TypeError(f"dlpack-ref's exchange API exports Array objects, not {type(obj).__name__}")
     cdef Array a = <Array>obj
-    out[0] = _versioned_block(a, a._flags & (FLAG_READ_ONLY | FLAG_SUBBYTE_PADDED))
+    out[0] = _versioned_block(a, a._flags & (DLPACK_FLAG_BITMASK_READ_ONLY | DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED))
     return 0
 
 
 cdef int _api_to_py_object(DLManagedTensorVersioned* tensor, void** out_py_object) except -1:
     # Takes ownership of `tensor`: on failure its deleter has been called.
-    cdef Array a = _array_from_versioned(tensor)
+    cdef Array a = _array_from_managed(tensor, True)
     Py_INCREF(a)
     out_py_object[0] = <void*>a
     return 0
@@ -68,22 +51,14 @@ cdef int _api_dltensor_view(void* py_object, DLTensor* out) except -1:
     obj = <object>py_object
     if not isinstance(obj, Array):
         raise TypeError(f"dlpack-ref's exchange API views Array objects, not {type(obj).__name__}")
-    cdef Array a = <Array>obj
-    # Borrowed: valid while the Array lives; shape/strides are the Array's own.
-    out.data = a._data
-    out.device = a._device
-    out.ndim = a._ndim
-    out.dtype = a._dtype
-    out.shape = a._shape
-    out.strides = a._strides
-    out.byte_offset = 0
+    _borrow_dltensor(<Array>obj, out)
     return 0
 
 
 cdef int _api_current_work_stream(DLDeviceType device_type, int32_t device_id,
                                   void** out_current_stream) except -1:
     out_current_stream[0] = NULL
-    if _cuda_family(device_type) and _stream_contexts:
+    if dlpack_ref_device_cuda_family(device_type) and _stream_contexts:
         handle = _cuda().current_stream_handle(device_id)
         if handle is not None:
             out_current_stream[0] = <void*><uintptr_t>handle
@@ -101,8 +76,8 @@ _exchange_api.dltensor_from_py_object_no_sync = _api_dltensor_view
 _exchange_api.current_work_stream = _api_current_work_stream
 
 (<dict><object>(<_TypeObjectWithDict*>Array).tp_dict)["__dlpack_c_exchange_api__"] = \
-    PyCapsule_New(&_exchange_api, NAME_EXCHANGE_API, NULL)
-PyType_Modified(Array)
+    PyCapsule_New(&_exchange_api, DLPACK_REF_CAPSULE_EXCHANGE_API, NULL)
+PyType_Modified(<_TypeObjectWithDict*>Array)
 
 
 # --- consumer side ---------------------------------------------------------
@@ -121,19 +96,11 @@ cdef void* _exchange_api_of(object tp) except? NULL:
 
 
 cdef tuple _lookup_exchange_api(object tp):
-    cap = getattr(tp, "__dlpack_c_exchange_api__", None)
-    if cap is None or not PyCapsule_IsValid(cap, NAME_EXCHANGE_API):
-        return (None, 0)
-    cdef DLPackExchangeAPIHeader* header = <DLPackExchangeAPIHeader*>PyCapsule_GetPointer(cap, NAME_EXCHANGE_API)
-    # A table of another major version may link back to one we can read.
-    while header != NULL and header.version.major != DLPACK_MAJOR_VERSION:
-        header = header.prev_api
-    if header == NULL:
-        return (cap, 0)
-    cdef DLPackExchangeAPI* api = <DLPackExchangeAPI*>header
-    if api.managed_tensor_from_py_object_no_sync == NULL:
-        return (cap, 0)
-    return (cap, <uintptr_t>api)
+    try:
+        cap = getattr(tp, "__dlpack_c_exchange_api__", None)
+    except Exception:
+        cap = None
+    return (cap, <uintptr_t>dlpack_ref_exchange_api(tp))
 
 
 def exchange_api_version(tp):
@@ -151,8 +118,8 @@ cdef Array _import_via_exchange_api(DLPackExchangeAPI* api, object x):
     api.managed_tensor_from_py_object_no_sync(<void*>x, &m)
     if m == NULL:
         raise BufferError(f"{type(x).__name__}'s DLPack exchange API returned no tensor and no error")
-    cdef Array a = _array_from_versioned(m)
-    if _cuda_family(a._device.device_type):
+    cdef Array a = _array_from_managed(m, True)
+    if dlpack_ref_device_cuda_family(a._device.device_type):
         # "NoSync": ordering is ours to do: wait for the producer's stream.
         if api.current_work_stream != NULL:
             api.current_work_stream(a._device.device_type, a._device.device_id, &producer_stream)

@@ -50,10 +50,13 @@ def test_core_builds_and_runs_against_upstream_header(tmp_path):
         [sys.executable, "-m", "cython", "-3", "--module-name", "dlpack_ref._dlpack_ref",
          "-I", str(ROOT / "src"), str(ROOT / "src" / "_dlpack_ref.pyx"), "-o", str(c_file)],
         check=True, capture_output=True, text=True)
+    # The dtype and device lookups are generated at build time, as CMake does.
+    subprocess.run([sys.executable, str(ROOT / "tools" / "gen_tables.py"), str(tmp_path / "dlpack_ref_tables.h")],
+                   check=True)
     ext = pkg / ("_dlpack_ref" + sysconfig.get_config_var("EXT_SUFFIX"))
     build = subprocess.run(
         [cc, "-shared", "-fPIC", "-O0", "-w", f"-I{sysconfig.get_paths()['include']}",
-         f"-I{header_dir}", str(c_file), "-o", str(ext)],
+         f"-I{header_dir}", f"-I{tmp_path}", str(c_file), "-o", str(ext)],
         capture_output=True, text=True)
     assert build.returncode == 0, build.stderr[-4000:]
 

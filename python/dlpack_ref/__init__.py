@@ -9,8 +9,12 @@ checks. See docs/semantics.md for every rule.
 from __future__ import annotations
 
 import os as _os
+from importlib import metadata as _metadata
 
 from ._dlpack_ref import (
+    CAPSULE_NAMES,
+    DLPACK_VERSION,
+    MAX_NDIM,
     Array,
     CopyForbiddenError,
     can_access,
@@ -23,8 +27,10 @@ from ._devices import C_ENUMERATORS, Device, DeviceType, as_device
 from ._dtypes import DTYPES, DType, DTypeCode, as_dtype
 from ._creation import asarray, zeros
 
-DLPACK_VERSION = (1, 3)
-__version__ = "0.1.0"
+try:
+    __version__ = _metadata.version("dlpack-ref")
+except _metadata.PackageNotFoundError:  # a source tree put on sys.path by hand
+    __version__ = "0+unknown"
 
 globals().update(DTYPES)
 
@@ -37,7 +43,7 @@ def get_include() -> str:
 
 
 __all__ = [
-    "Array", "CopyForbiddenError", "DLPACK_VERSION", "DTYPES", "DType", "DTypeCode",
+    "Array", "CAPSULE_NAMES", "CopyForbiddenError", "DLPACK_VERSION", "MAX_NDIM", "DTYPES", "DType", "DTypeCode",
     "Device", "DeviceType", "C_ENUMERATORS", "as_device", "as_dtype", "asarray",
     "can_access", "empty", "exchange_api_version", "from_dlpack", "get_include",
     "inspect", "zeros", *DTYPES,

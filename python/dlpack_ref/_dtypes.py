@@ -140,12 +140,16 @@ _ALIASES = {
     "int": "int64", "long": "int64", "short": "int16", "byte": "int8",
 }
 
-# PEP 3118 / NumPy ``dtype.str`` characters of the types that have one.
-_NUMPY_CHARS = {
-    "?": "bool", "b": "int8", "h": "int16", "i": "int32", "q": "int64", "l": "int64",
-    "B": "uint8", "H": "uint16", "I": "uint32", "Q": "uint64", "L": "uint64",
-    "e": "float16", "f": "float32", "d": "float64", "F": "complex64", "D": "complex128",
-}
+#: Buffer-protocol format letters whose width is the platform's (C long,
+#: ssize_t, char) rather than fixed, with the kind they stand for; the core's
+#: buffer import gives them the integer type of their item size.
+FORMAT_ALIASES = {"l": DTypeCode.INT, "L": DTypeCode.UINT, "n": DTypeCode.INT, "N": DTypeCode.UINT,
+                  "c": DTypeCode.UINT}
+
+# NumPy dtype kinds (``dtype.kind``) with their DLDataTypeCode; the width
+# comes from the itemsize, so no per-character table is needed.
+_NUMPY_KIND_CODES = {"b": DTypeCode.BOOL, "i": DTypeCode.INT, "u": DTypeCode.UINT,
+                     "f": DTypeCode.FLOAT, "c": DTypeCode.COMPLEX}
 
 
 def from_triple(code: int, bits: int, lanes: int) -> DType:
@@ -226,8 +230,9 @@ def _numpy_dtype(obj) -> DType | None:
         return None
     if not npdt.isnative:
         raise TypeError(f"NumPy dtype {npdt!r} has non-native byte order, which DLPack cannot describe")
-    if npdt.char in _NUMPY_CHARS and npdt.kind in "biufc":
-        return DTYPES[_NUMPY_CHARS[npdt.char]]
+    code = _NUMPY_KIND_CODES.get(npdt.kind)
+    if code is not None and (int(code), npdt.itemsize * 8, 1) in _BY_TRIPLE:
+        return _BY_TRIPLE[(int(code), npdt.itemsize * 8, 1)]
     # ml_dtypes registers its types with NumPy under their own names.
     dt = _from_name(npdt.name)
     if dt is not None:

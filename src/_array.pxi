@@ -1,126 +1,18 @@
-# The Array type and the producer side (__dlpack__, __dlpack_device__, the
-# buffer protocol), plus the small C-level helpers they share.
+# The Array: its metadata, Python scalars, views and indexing, allocation,
+# copies and assignment. Strides count elements, as DLPack does.
 
-from dlpack_ref._dtypes import from_triple as _dtype_from_triple, as_dtype as _as_dtype
-from dlpack_ref._devices import Device as _Device, DeviceType as _DeviceType, as_device as _as_device
-
-cdef dict _device_cache = {}
-cdef dict _dlpack_device_cache = {}
-cdef tuple _CPU_DLPACK_DEVICE = (_DeviceType.CPU, 0)
+cdef enum:
+    # ndim up to this many keeps shape and strides inside the Array (no malloc).
+    SMALL_NDIM = 4
 
 
-cdef object _device_object(DLDevice d):
-    key = (<int>d.device_type, d.device_id)
-    dev = _device_cache.get(key)
-    if dev is None:
-        dev = _Device(<int>d.device_type, d.device_id)
-        _device_cache[key] = dev
-    return dev
+class CopyForbiddenError(BufferError, ValueError):
+    """Raised when ``copy=False`` and only a copy could satisfy the request.
 
-
-cdef object _dlpack_device_tuple(DLDevice d):
-    if d.device_type == kDLCPU and d.device_id == 0:
-        return _CPU_DLPACK_DEVICE
-    key = (<int>d.device_type, d.device_id)
-    t = _dlpack_device_cache.get(key)
-    if t is None:
-        t = (_DeviceType(<int>d.device_type), d.device_id)
-        _dlpack_device_cache[key] = t
-    return t
-
-
-cdef DLDevice _parse_device(object device) except *:
-    """A DLDevice from anything as_device accepts; the common (type, id)
-    tuples of ints skip the Python layer."""
-    cdef DLDevice d
-    if type(device) is tuple and len(<tuple>device) == 2:
-        t, i = <tuple>device
-        if type(t) is int or isinstance(t, _DeviceType):
-            if type(i) is int and 0 <= i <= 0x7FFFFFFF and _is_dlpack_device_type(t):
-                d.device_type = <DLDeviceType><int>t
-                d.device_id = <int32_t>i
-                return d
-    dev = _as_device(device)
-    d.device_type = <DLDeviceType><int>dev.type
-    d.device_id = <int32_t>dev.id
-    return d
-
-
-cdef bint _is_dlpack_device_type(object t):
-    # DLPack 1.3 enumerates 1-18 except 5 and 6 (never assigned).
-    return 1 <= t <= 18 and t != 5 and t != 6
-
-
-cdef bint _can_access(DLDevice dev, DLDevice mem) noexcept nogil:
-    # The one table of in-place access; docs/semantics.md prints it.
-    cdef int32_t d = dev.device_type
-    cdef int32_t m = mem.device_type
-    if d == m and (dev.device_id == mem.device_id or d == kDLCPU):
-        return True
-    if m == kDLCUDAHost:
-        return d == kDLCPU or d == kDLCUDA or d == kDLCUDAHost
-    if m == kDLCUDAManaged:
-        return d == kDLCPU or d == kDLCUDA or d == kDLCUDAManaged
-    if m == kDLROCMHost:
-        return d == kDLCPU or d == kDLROCM or d == kDLROCMHost
-    return False
-
-
-def can_access(device, memory_device):
-    """Whether code on ``device`` can use memory that lives on
-    ``memory_device`` in place, without a copy.
-
-    CPU reads CPU, CPU_PINNED, CUDA_MANAGED and ROCM_PINNED memory in place;
-    CUDA:k reads CUDA:k, CUDA_MANAGED and CPU_PINNED memory; every device
-    reads its own memory. CPU device ids carry no meaning (there is one host).
+    It is both a BufferError and a ValueError because the array API standard
+    names both for this case (``__dlpack__`` says BufferError, ``from_dlpack``
+    and ``asarray`` say ValueError); catching either works.
     """
-    return _can_access(_parse_device(device), _parse_device(memory_device))
-
-
-cdef int _check_dtype(DLDataType dt) except -1:
-    cdef int code = dt.code
-    cdef int bits = dt.bits
-    cdef int lanes = dt.lanes
-    cdef bint ok
-    if lanes != 1:
-        # The one vector type in use: PyTorch's float4_e2m1fn_x2.
-        ok = code == kDLFloat4_e2m1fn and bits == 4 and lanes == 2
-    elif code == kDLInt or code == kDLUInt:
-        ok = bits == 8 or bits == 16 or bits == 32 or bits == 64
-    elif code == kDLFloat:
-        ok = bits == 16 or bits == 32 or bits == 64
-    elif code == kDLBfloat:
-        ok = bits == 16
-    elif code == kDLComplex:
-        ok = bits == 64 or bits == 128
-    elif code == kDLBool:
-        ok = bits == 8
-    elif kDLFloat8_e3m4 <= code <= kDLFloat8_e8m0fnu:
-        ok = bits == 8
-    elif code == kDLFloat6_e2m3fn or code == kDLFloat6_e3m2fn:
-        ok = bits == 6
-    elif code == kDLFloat4_e2m1fn:
-        ok = bits == 4
-    else:
-        ok = False
-    if not ok:
-        raise BufferError(
-            f"unsupported DLDataType(code={code}, bits={bits}, lanes={lanes}): not a DLPack 1.3 "
-            "data type (bool, int/uint 8-64, float 16-64, bfloat16, complex 64/128, float8/6/4 "
-            "with lanes=1, or float4_e2m1fn with lanes=2)")
-    return 0
-
-
-cdef inline int64_t _storage_bits(DLDataType dt, uint64_t flags) noexcept nogil:
-    """Bits one element occupies in memory."""
-    cdef int64_t bits = <int64_t>dt.bits * dt.lanes
-    if bits < 8 and (flags & FLAG_SUBBYTE_PADDED):
-        return 8
-    return bits
-
-
-cdef inline bint _is_packed(DLDataType dt, uint64_t flags) noexcept nogil:
-    return _storage_bits(dt, flags) < 8
 
 
 cdef class Array:
@@ -184,12 +76,12 @@ cdef class Array:
 
     @property
     def nbytes(self):
-        return (_size_of(self) * _storage_bits(self._dtype, self._flags) + 7) // 8
+        return (_size_of(self) * dlpack_ref_storage_bits(self._dtype, self._flags) + 7) // 8
 
     @property
     def itemsize(self):
         """Bytes per element; 0 for packed sub-byte storage (see ``dtype.bits``)."""
-        cdef int64_t bits = _storage_bits(self._dtype, self._flags)
+        cdef int64_t bits = dlpack_ref_storage_bits(self._dtype, self._flags)
         return bits // 8 if bits >= 8 else 0
 
     @property
@@ -202,13 +94,13 @@ cdef class Array:
 
     @property
     def readonly(self):
-        return (self._flags & FLAG_READ_ONLY) != 0
+        return (self._flags & DLPACK_FLAG_BITMASK_READ_ONLY) != 0
 
     @property
     def subbyte_padded(self):
         """For sub-byte dtypes: True when one element takes a whole byte,
         False when elements are packed (little bit-endian)."""
-        return (self._flags & FLAG_SUBBYTE_PADDED) != 0
+        return (self._flags & DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED) != 0
 
     @property
     def data_ptr(self):
@@ -302,90 +194,12 @@ cdef class Array:
         ``stream``: None, 1, 2, a CUstream handle > 2, -1 or an object with
         ``__cuda_stream__`` for CUDA memory; only None for CPU memory.
         """
-        cdef bint versioned = False
-        cdef Array src = self
-        cdef uint64_t flags = 0
-        cdef DLDevice target
-        if max_version is not None:
-            versioned = _wants_versioned(max_version)
-        if copy is not None and copy is not True and copy is not False:
-            raise TypeError(f"copy must be True, False or None, not {copy!r}")
-        if stream is not None:
-            _check_stream(self, stream)
-        if dl_device is None and copy is not True:
-            # stream=None is the legacy default stream: nothing to order
-            # unless this array's work is on another stream.
-            if _cuda_family(self._device.device_type) and (stream is not None or self._stream > 1):
-                _cuda().export_sync(self, stream)
-        else:
-            target = self._device if dl_device is None else _parse_device(dl_device)
-            if copy is True or not _can_access(target, self._device):
-                if copy is False:
-                    raise CopyForbiddenError(
-                        f"copy=False, but memory on {self.device} cannot be used in place on "
-                        f"{_device_object(target)}: a copy is needed")
-                src = _copy_to(self, target, stream)
-                flags |= FLAG_IS_COPIED
-            elif _cuda_family(self._device.device_type):
-                if target.device_type == kDLCPU and stream is None:
-                    # Pinned or managed memory read in place by the host: the
-                    # data must be readable on return (a stream sync).
-                    _cuda().synchronize_for_host(self)
-                elif stream is not None or self._stream > 1:
-                    _cuda().export_sync(self, stream)
-        if versioned:
-            return _export_versioned(src, flags | (src._flags & (FLAG_READ_ONLY | FLAG_SUBBYTE_PADDED)))
-        if src._flags & FLAG_READ_ONLY:
-            raise BufferError(
-                "a read-only Array cannot be exported as a legacy 'dltensor' capsule (it has no "
-                "read-only flag); pass max_version=(1, 0) or newer, or copy=True")
-        if src._dtype.bits * src._dtype.lanes < 8 and (src._flags & FLAG_SUBBYTE_PADDED):
-            # Legacy capsules have no flags, so their sub-byte data is packed.
-            raise BufferError(
-                f"a {self.dtype} Array stored one element per byte cannot be exported as a legacy "
-                "'dltensor' capsule (legacy sub-byte data is packed); pass max_version=(1, 0) or newer")
-        return _export_legacy(src)
+        return _export(self, stream, max_version, dl_device, copy)
 
-    # --- buffer protocol (CPU-accessible memory) ---------------------------
+    # --- buffer protocol (CPU-accessible memory; filled by _export) ---------
 
     def __getbuffer__(self, Py_buffer* view, int flags):
-        cdef const char* fmt = _buffer_format(self._dtype)
-        if fmt == NULL:
-            raise BufferError(f"dtype {self.dtype} has no buffer-protocol format; use from_dlpack to share it")
-        if not _host_accessible(self._device.device_type):
-            raise BufferError(f"the buffer protocol serves CPU-accessible memory only; this Array is on {self.device}")
-        if (flags & PyBUF_WRITABLE) and (self._flags & FLAG_READ_ONLY):
-            raise BufferError("this Array is read-only; a writable buffer was requested")
-        cdef Py_ssize_t itemsize = self._dtype.bits // 8
-        cdef Py_ssize_t* meta = <Py_ssize_t*>malloc(sizeof(Py_ssize_t) * 2 * (self._ndim + 1))
-        if meta == NULL:
-            raise MemoryError()
-        cdef int i
-        for i in range(self._ndim):
-            meta[i] = <Py_ssize_t>self._shape[i]
-            meta[self._ndim + i] = <Py_ssize_t>(self._strides[i] * itemsize)
-        if (flags & PyBUF_ANY_CONTIGUOUS) == PyBUF_ANY_CONTIGUOUS or (flags & PyBUF_C_CONTIGUOUS) == PyBUF_C_CONTIGUOUS:
-            if not _is_c_contiguous(self):
-                free(meta)
-                raise BufferError("a C-contiguous buffer was requested but this Array is strided")
-        if (flags & PyBUF_F_CONTIGUOUS) == PyBUF_F_CONTIGUOUS and (flags & PyBUF_ANY_CONTIGUOUS) != PyBUF_ANY_CONTIGUOUS:
-            if not _is_f_contiguous(self):
-                free(meta)
-                raise BufferError("a Fortran-contiguous buffer was requested but this Array is not")
-        if (flags & PyBUF_STRIDES) != PyBUF_STRIDES and not _is_c_contiguous(self):
-            free(meta)
-            raise BufferError("this Array is strided; the consumer must accept strides")
-        view.buf = self._data
-        view.obj = self
-        view.len = _size_of(self) * itemsize
-        view.readonly = 1 if (self._flags & FLAG_READ_ONLY) else 0
-        view.itemsize = itemsize
-        view.format = <char*>fmt if (flags & PyBUF_FORMAT) else NULL
-        view.ndim = self._ndim
-        view.shape = meta if (flags & PyBUF_ND) else NULL
-        view.strides = &meta[self._ndim] if (flags & PyBUF_STRIDES) == PyBUF_STRIDES else NULL
-        view.suboffsets = NULL
-        view.internal = meta
+        _fill_buffer(self, view, flags)
 
     def __releasebuffer__(self, Py_buffer* view):
         free(view.internal)
@@ -397,7 +211,7 @@ cdef class Array:
 
     def __setitem__(self, key, value):
         cdef Array dst = _basic_index(self, key)
-        if dst._flags & FLAG_READ_ONLY:
+        if dst._flags & DLPACK_FLAG_BITMASK_READ_ONLY:
             raise ValueError("assignment destination is read-only")
         cdef Array src
         if isinstance(value, Array):
@@ -440,17 +254,13 @@ cdef class Array:
     def _host_bytes(self):
         """The elements in C order as bytes (copied to the host if needed)."""
         cdef Array c = self
-        if not _host_accessible(self._device.device_type):
+        if not dlpack_ref_device_host_accessible(self._device.device_type):
             c = self.to_device((kDLCPU, 0))
         elif not _is_c_contiguous(self):
             c = self.copy()
         elif self._device.device_type != kDLCPU:
             _cuda().synchronize_for_host(self)
-        return (<char*>c._data)[:(_size_of(c) * _storage_bits(c._dtype, c._flags) + 7) // 8]
-
-    def __array_namespace__(self, *, api_version=None):
-        import dlpack_ref
-        return dlpack_ref
+        return (<char*>c._data)[:(_size_of(c) * dlpack_ref_storage_bits(c._dtype, c._flags) + 7) // 8]
 
 
 # --- small helpers of the Array --------------------------------------------
@@ -542,102 +352,14 @@ cdef inline void _set_c_strides(Array a) noexcept:
         s *= <uint64_t>(a._shape[i] if a._shape[i] > 0 else 1)
 
 
-cdef bint _wants_versioned(object max_version) except -1:
-    if type(max_version) is not tuple or len(<tuple>max_version) != 2:
-        raise TypeError(f"max_version must be None or a (major, minor) tuple of ints, not {max_version!r}")
-    major, minor = <tuple>max_version
-    if type(major) is not int or type(minor) is not int:
-        if not (isinstance(major, int) and isinstance(minor, int)) or isinstance(major, bool) or isinstance(minor, bool):
-            raise TypeError(f"max_version must be None or a (major, minor) tuple of ints, not {max_version!r}")
-    return major >= 1
-
-
-cdef int _check_stream(Array a, object stream) except -1:
-    """Validate a non-None stream argument of __dlpack__ for this array."""
-    if not _cuda_family(a._device.device_type):
-        if isinstance(stream, int) or hasattr(stream, "__cuda_stream__"):
-            raise ValueError(
-                f"stream={stream!r} was passed for an Array on {a.device}; only stream=None is "
-                "accepted for CPU memory")
-        raise TypeError(f"stream must be None for CPU memory, not {type(stream).__name__}")
-    if isinstance(stream, bool):
-        raise TypeError("stream must be an int, None or an object with __cuda_stream__, not bool")
-    if isinstance(stream, int):
-        if stream == 0:
-            raise ValueError(
-                "stream=0 is ambiguous and not allowed (use 1 for the legacy default stream, 2 for "
-                "the per-thread default stream, or a CUstream handle > 2)")
-        if stream < -1:
-            raise ValueError(f"stream={stream} is not valid: expected None, -1, 1, 2 or a CUstream handle > 2")
-        return 0
-    if hasattr(stream, "__cuda_stream__"):
-        return 0
-    raise TypeError(
-        f"stream must be None, an int or an object with __cuda_stream__, not {type(stream).__name__}")
-
-
-cdef object _export_versioned(Array a, uint64_t flags):
-    return _versioned_capsule(_versioned_block(a, flags))
-
-
-cdef object _export_legacy(Array a):
-    cdef size_t nd = <size_t>a._ndim
-    cdef DLManagedTensor* m = <DLManagedTensor*>PyMem_Malloc(sizeof(DLManagedTensor) + 2 * nd * sizeof(int64_t))
-    if m == NULL:
-        raise MemoryError()
-    cdef int64_t* shape = <int64_t*>(<char*>m + sizeof(DLManagedTensor))
-    _fill_dltensor(&m.dl_tensor, a, shape)
-    m.manager_ctx = <void*>a
-    m.deleter = _delete_legacy
-    Py_INCREF(a)
-    return _legacy_capsule(m)
-
-
-cdef inline void _fill_dltensor(DLTensor* t, Array a, int64_t* storage) noexcept:
-    # shape and strides live right after the managed struct: one allocation.
-    cdef int32_t nd = a._ndim
-    t.data = a._data
-    t.device = a._device
-    t.ndim = nd
-    t.dtype = a._dtype
-    t.shape = storage
-    t.strides = storage + nd
-    t.byte_offset = 0
-    if nd:
-        memcpy(storage, a._shape, nd * sizeof(int64_t))
-        memcpy(storage + nd, a._strides, nd * sizeof(int64_t))
-
-
-cdef extern from *:
-    """
-    /* The PEP 3118 format of a DLPack dtype, or NULL when it has none. */
-    static const char* dlref_buffer_format(int code, int bits, int lanes) {
-        if (lanes != 1) return NULL;
-        switch (code) {
-        case 6: return bits == 8 ? "?" : NULL;
-        case 0: return bits == 8 ? "b" : bits == 16 ? "h" : bits == 32 ? "i" : bits == 64 ? "q" : NULL;
-        case 1: return bits == 8 ? "B" : bits == 16 ? "H" : bits == 32 ? "I" : bits == 64 ? "Q" : NULL;
-        case 2: return bits == 16 ? "e" : bits == 32 ? "f" : bits == 64 ? "d" : NULL;
-        case 5: return bits == 64 ? "Zf" : bits == 128 ? "Zd" : NULL;
-        default: return NULL;
-        }
-    }
-    """
-    const char* dlref_buffer_format(int code, int bits, int lanes) noexcept nogil
-
-
-cdef inline const char* _buffer_format(DLDataType dt) noexcept:
-    return dlref_buffer_format(dt.code, dt.bits, dt.lanes)
-
-
 # --- allocation, copies and views ------------------------------------------
 
 cdef Array _empty(tuple shape, DLDataType dt, DLDevice device, bint padded_subbyte=True):
     """A new C-contiguous Array; host memory is 256-byte aligned."""
     cdef int32_t nd = len(shape)
-    if nd > MAX_NDIM:
-        raise ValueError(f"ndim={nd} exceeds the maximum of {MAX_NDIM}")
-    _check_dtype(dt)
+    if nd > DLPACK_REF_MAX_NDIM:
+        raise ValueError(f"ndim={nd} exceeds the maximum of {DLPACK_REF_MAX_NDIM}")
+    dlpack_check_dtype(dt)
     cdef Array a = _new_array(nd)
     cdef int64_t n = 1
     cdef int i
@@ -654,8 +376,8 @@ cdef Array _empty(tuple shape, DLDataType dt, DLDevice device, bint padded_subby
     a._dtype = dt
     a._device = device
     if padded_subbyte and dt.bits * dt.lanes < 8:
-        a._flags = FLAG_SUBBYTE_PADDED
-    cdef int64_t bits = _storage_bits(dt, a._flags)
+        a._flags = DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED
+    cdef int64_t bits = dlpack_ref_storage_bits(dt, a._flags)
     if n > (INT64_MAX - 7) // bits:
         raise ValueError(f"shape {shape!r} needs more than 2**63 bytes")
     cdef size_t nbytes = <size_t>((n * bits + 7) // 8)
@@ -664,7 +386,7 @@ cdef Array _empty(tuple shape, DLDataType dt, DLDevice device, bint padded_subby
         if a._host_alloc == NULL:
             raise MemoryError(f"cannot allocate {nbytes} bytes for an Array of shape {shape!r}")
         a._data = <char*>a._host_alloc
-    elif _supported_device_type(device.device_type):
+    elif dlpack_ref_device_supported(device.device_type):
         owner = _cuda().allocate(_device_object(device), nbytes)
         a._base = owner
         a._data = <char*><uintptr_t>owner.ptr
@@ -686,7 +408,7 @@ cdef Array _copy_to(Array src, DLDevice target, object stream):
         # host memory, so the Array says CPU.
         memory.device_type = kDLCUDAHost
         memory.device_id = 0
-    cdef Array dst = _empty(src.shape, src._dtype, memory, (src._flags & FLAG_SUBBYTE_PADDED) != 0)
+    cdef Array dst = _empty(src.shape, src._dtype, memory, (src._flags & DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED) != 0)
     dst._device = target
     if src._device.device_type == kDLCPU and target.device_type == kDLCPU:
         _host_copy(dst, src)
@@ -697,10 +419,10 @@ cdef Array _copy_to(Array src, DLDevice target, object stream):
 
 cdef int _host_copy(Array dst, Array src) except -1:
     """Copy src into dst (same shape) on the host."""
-    cdef int64_t bits = _storage_bits(src._dtype, src._flags)
+    cdef int64_t bits = dlpack_ref_storage_bits(src._dtype, src._flags)
     cdef int64_t itemsize
-    cdef int64_t dst_b[MAX_NDIM]
-    cdef int64_t src_b[MAX_NDIM]
+    cdef int64_t dst_b[DLPACK_REF_MAX_NDIM]
+    cdef int64_t src_b[DLPACK_REF_MAX_NDIM]
     cdef int i
     if bits < 8:
         if not (_is_c_contiguous(src) and _is_c_contiguous(dst)):
@@ -719,7 +441,7 @@ cdef int _host_copy(Array dst, Array src) except -1:
 cdef int _assign(Array dst, Array src) except -1:
     """dst[...] = src with broadcasting of size-1 / missing leading dims."""
     cdef Array b = _broadcast_to(src, dst)
-    if _host_accessible(dst._device.device_type) and _host_accessible(b._device.device_type) \
+    if dlpack_ref_device_host_accessible(dst._device.device_type) and dlpack_ref_device_host_accessible(b._device.device_type) \
             and dst._device.device_type == kDLCPU and b._device.device_type == kDLCPU:
         _host_copy(dst, b)
     else:
@@ -808,5 +530,55 @@ cdef Array _basic_index(Array a, object key):
     for i in range(v._ndim):
         v._shape[i] = out_shape[i]
         v._strides[i] = out_strides[i]
-    v._data = a._data + offset * (_storage_bits(a._dtype, a._flags) // 8)
+    v._data = a._data + offset * (dlpack_ref_storage_bits(a._dtype, a._flags) // 8)
     return v
+
+
+def _write_host_bytes(Array a, const unsigned char[::1] data not None):
+    """Fill a freshly allocated C-contiguous host Array from raw bytes."""
+    cdef size_t n = <size_t>((_size_of(a) * dlpack_ref_storage_bits(a._dtype, a._flags) + 7) // 8)
+    if <size_t>data.shape[0] != n:
+        raise ValueError(f"expected {n} bytes, got {data.shape[0]}")
+    if not dlpack_ref_device_host_accessible(a._device.device_type) or not _is_c_contiguous(a):
+        raise BufferError("raw writes need a C-contiguous host Array")
+    if n:
+        memcpy(a._data, &data[0], n)
+
+
+def empty(shape, *, dtype=None, device=None):
+    """An uninitialized C-contiguous Array (host memory 256-byte aligned).
+    ``dtype`` defaults to float64, ``device`` to the CPU."""
+    cdef DLDevice dev
+    cdef DLDataType dt
+    if device is None:
+        dev.device_type = kDLCPU
+        dev.device_id = 0
+    else:
+        dev = _parse_device(device)
+    code, bits, lanes = (_as_dtype(dtype) if dtype is not None else _as_dtype("float64")).__dlpack_data_type__()
+    dt.code = code
+    dt.bits = bits
+    dt.lanes = lanes
+    return _empty(_shape_tuple(shape), dt, dev)
+
+
+cdef tuple _shape_tuple(object shape):
+    if isinstance(shape, int) and not isinstance(shape, bool):
+        return (shape,)
+    try:
+        t = tuple(shape)
+    except TypeError:
+        raise TypeError(f"shape must be an int or a sequence of ints, not {type(shape).__name__}") from None
+    for s in t:
+        if isinstance(s, bool) or not isinstance(s, int):
+            raise TypeError(f"shape entries must be ints, got {s!r} in {shape!r}")
+    return t
+
+
+def _fill_zero(Array a):
+    """Set every byte of a freshly allocated C-contiguous Array to zero."""
+    cdef size_t n = <size_t>((_size_of(a) * dlpack_ref_storage_bits(a._dtype, a._flags) + 7) // 8)
+    if a._device.device_type == kDLCPU:
+        memset(a._data, 0, n)
+    else:
+        _cuda().memset(a, 0, n)

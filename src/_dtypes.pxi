@@ -1,0 +1,38 @@
+# Dtypes: which DLDataTypes the core holds (every DLPack 1.3 type: the
+# universal check is the policy), element sizes, and buffer-protocol formats
+# both ways; the lookups are generated from python/dlpack_ref/_dtypes.py into
+# dlpack_ref_tables.h.
+
+from dlpack_ref._dtypes import from_triple as _dtype_from_triple, as_dtype as _as_dtype
+
+
+cdef inline bint _is_packed(DLDataType dt, uint64_t flags) noexcept nogil:
+    return dlpack_ref_storage_bits(dt, flags) < 8
+
+
+cdef inline const char* _buffer_format(DLDataType dt) noexcept nogil:
+    """The PEP 3118 format of dt, NULL when it has none."""
+    cdef const char* fmt = dlpack_ref_dtype_format(dt.code, dt.bits, dt.lanes)
+    return fmt if fmt != NULL and fmt[0] != 0 else NULL
+
+
+cdef DLDataType _dtype_of_format(const char* fmt, Py_ssize_t itemsize) except *:
+    """The DLDataType of a buffer's format and item size (native byte order only)."""
+    cdef DLDataType dt
+    raw = (<bytes>fmt).decode("ascii", "replace") if fmt != NULL else "B"
+    s = raw
+    if s[:1] in ("@", "=", "<", ">", "!"):
+        if s[0] in (">", "!") and _BYTEORDER == "little" or s[0] == "<" and _BYTEORDER == "big":
+            raise BufferError(f"buffer format {raw!r} is not in native byte order, which DLPack cannot describe")
+        s = s[1:]
+    cdef uint32_t key = dlpack_ref_dtype_of_format(s.encode("ascii", "replace"), itemsize)
+    if key == 0:
+        raise BufferError(
+            f"buffer format {raw!r} with item size {itemsize} has no DLPack data type")
+    dt.code = <uint8_t>(key >> 24)
+    dt.bits = <uint8_t>((key >> 16) & 0xFF)
+    dt.lanes = <uint16_t>(key & 0xFFFF)
+    return dt
+
+
+cdef object _BYTEORDER = __import__("sys").byteorder
