@@ -41,9 +41,6 @@
 #define DLREF_MAX_NDIM 64
 #define DLREF_BLOCK 256
 
-/* Bytes of `n` elements of `bits` each, packed: the one home of (n*bits+7)/8. */
-static inline int64_t dlref_nbytes(int64_t n, int64_t bits) { return (n * bits + 7) / 8; }
-
 /* --- host allocation ------------------------------------------------------ */
 
 #define DLREF_HUGE_THRESHOLD ((size_t)2 << 20)
@@ -761,9 +758,20 @@ static int dlref_seq_check(PyObject* o, int depth, int ndim, const int64_t* shap
     }
     n = PySequence_Fast_GET_SIZE(o);
     if (n != shape[depth]) {
-        PyErr_Format(PyExc_ValueError,
-                     "ragged nested sequence: a sequence of length %lld at depth %d, where the first "
-                     "elements have length %lld", (long long)n, depth, (long long)shape[depth]);
+        /* The sub-shapes as the first elements give them, and with this length. */
+        PyObject* expected = PyTuple_New(ndim - depth);
+        PyObject* found = PyTuple_New(ndim - depth);
+        int d;
+        if (expected && found) {
+            for (d = depth; d < ndim; ++d) {
+                PyTuple_SET_ITEM(expected, d - depth, PyLong_FromLongLong(shape[d]));
+                PyTuple_SET_ITEM(found, d - depth, PyLong_FromLongLong(d == depth ? (int64_t)n : shape[d]));
+            }
+            PyErr_Format(PyExc_ValueError, "ragged nested sequence: sub-shapes %R and %R differ (at depth %d)",
+                         expected, found, depth);
+        }
+        Py_XDECREF(expected);
+        Py_XDECREF(found);
         return -1;
     }
     for (i = 0; i < n; ++i)

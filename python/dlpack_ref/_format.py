@@ -69,3 +69,11 @@ def array_repr(a) -> str:
 
 def _bf16_encode(value: float) -> int:
     return int.from_bytes(_core._from_values(float(value), "bfloat16")._host_bytes(), "little")
+
+
+def unpack_bits(raw: bytes, bits: int, count: int) -> list[int]:
+    """Codes of ``bits`` width packed little bit-endian (first element in the
+    lowest bits of the first byte)."""
+    acc = int.from_bytes(raw, "little")
+    mask = (1 << bits) - 1
+    return [(acc >> (i * bits)) & mask for i in range(count)]
