@@ -394,7 +394,7 @@ static float dlref_mini_decode_slow(uint32_t code, const dlref_minifloat* p) {
     negative = (code >> (total - 1)) & 1;
     exp = (code >> M) & ((1 << E) - 1);
     man = code & ((1 << M) - 1);
-    if (p->style == DLREF_FNUZ && code == (1u << (total - 1))) return NAN;
+    if (p->style == DLREF_FNUZ && code == (1u << (total - 1))) return -NAN;  /* the -0 pattern, as ml_dtypes */
     if (p->style == DLREF_IEEE && exp == (1 << E) - 1)
         return man ? (negative ? -NAN : NAN) : (negative ? -INFINITY : INFINITY);
     if (p->style == DLREF_FN && exp == (1 << E) - 1 && man == (1 << M) - 1) return negative ? -NAN : NAN;
@@ -622,6 +622,31 @@ static const dlref_checked_run_fn dlref_f32_to_mini[11] = {
     dlref_run_F32_MINI8, dlref_run_F32_MINI9, dlref_run_F32_MINI10,
 };
 
+/* float32 bits of a small float (float16, bfloat16, a minifloat code), by
+   bit operations only: a hardware conversion would quiet signaling NaNs,
+   which NumPy and ml_dtypes pass through. */
+static inline uint32_t dlref_small_f32_bits(int t, const char* p) {
+    uint16_t v;
+    if (t == DLREF_T_F16) { memcpy(&v, p, 2); return dlref_f32_from_f16_bits(v); }
+    if (t == DLREF_T_BF16) { memcpy(&v, p, 2); return (uint32_t)v << 16; }
+    return dlref_mini_table[t - DLREF_T_MINI][(uint8_t)*p];
+}
+
+/* Small float to float16 or complex64 through float32 bits. */
+static void dlref_run_SMALL_F16_C64(int st, int dt, char* d, int64_t ds, const char* s, int64_t ss, int64_t n) {
+    int64_t i;
+    for (i = 0; i < n; ++i) {
+        uint32_t u = dlref_small_f32_bits(st, s + i * ss);
+        if (dt == DLREF_T_F16) {
+            /* ml_dtypes gives bfloat16 NaNs the canonical float16 NaN. */
+            uint16_t w = (st == DLREF_T_BF16 && (u & 0x7FFFFFFF) > 0x7F800000)
+                ? (uint16_t)(((u >> 16) & 0x8000) | 0x7E00) : dlref_f16_from_f32(dlref_bits_f32(u));
+            memcpy(d + i * ds, &w, 2);
+        }
+        else { uint32_t w[2]; w[0] = u; w[1] = 0; memcpy(d + i * ds, w, 8); }
+    }
+}
+
 static void dlref_run_MINI_F32(int t, char* d, int64_t ds, const char* s, int64_t ss, int64_t n) {
     const uint32_t* table = dlref_mini_table[t - DLREF_T_MINI];
     int64_t i;
@@ -643,6 +668,21 @@ static int64_t dlref_convert_run(int dt, char* d, int64_t ds, int st, const char
         if (st == DLREF_T_F16) { dlref_run_F16_F32(d, ds, s, ss, n); return 0; }
         if (st == DLREF_T_BF16) { dlref_run_BF16_F32(d, ds, s, ss, n); return 0; }
         if (st >= DLREF_T_MINI && st < DLREF_T_F4X2) { dlref_run_MINI_F32(st, d, ds, s, ss, n); return 0; }
+    }
+    if (st < DLREF_N_NATIVE && (dt == DLREF_T_BF16 || (dt >= DLREF_T_MINI && dt < DLREF_T_F4X2))) {
+        /* Through float32 with one rounding (an integer's own), as ml_dtypes. */
+        float f[DLREF_BLOCK];
+        for (done = 0; done < n; done += DLREF_BLOCK) {
+            int64_t m = n - done < DLREF_BLOCK ? n - done : DLREF_BLOCK;
+            dlref_native_runs[st][DLREF_T_F32]((char*)f, 4, s + done * ss, ss, m);
+            refused += dlref_convert_run(dt, d + done * ds, ds, DLREF_T_F32, (const char*)f, 4, m);
+        }
+        return refused;
+    }
+    if ((st == DLREF_T_BF16 || (st >= DLREF_T_MINI && st < DLREF_T_F4X2) || (st == DLREF_T_F16 && dt == DLREF_T_C64))
+            && (dt == DLREF_T_F16 || dt == DLREF_T_C64)) {
+        dlref_run_SMALL_F16_C64(st, dt, d, ds, s, ss, n);
+        return 0;
     }
     for (done = 0; done < n; done += DLREF_BLOCK) {
         int64_t m = n - done < DLREF_BLOCK ? n - done : DLREF_BLOCK;
