@@ -303,6 +303,18 @@ cdef DLDataType _dldtype(object dtype) except *:
     return dt
 
 
+cdef dict _dtype_names = {}
+
+cdef bytes _dtype_name_bytes(DLDataType dt):
+    """The dtype's name for the kernels' messages (cached)."""
+    cdef uint32_t key = (<uint32_t>dt.code << 24) | (<uint32_t>dt.bits << 16) | dt.lanes
+    name = _dtype_names.get(key)
+    if name is None:
+        name = _dtype_from_triple(dt.code, dt.bits, dt.lanes).name.encode()
+        _dtype_names[key] = name
+    return name
+
+
 cdef Array _host_readable(Array a):
     """a itself when the host may read it now, else a host copy (packed
     sub-byte data is unpacked to one code per byte)."""
@@ -315,7 +327,7 @@ cdef Array _host_readable(Array a):
     elif a._device.device_type != kDLCPU:
         _cuda().synchronize_for_host(a)
     if _is_packed(a._dtype, a._flags):
-        out = _empty(a.shape, a._dtype, cpu)
+        out = _empty_dims(a._shape, a._ndim, a._dtype, cpu)
         _host_convert(out, a)
         return out
     return a
@@ -395,8 +407,8 @@ cdef Array _from_python(object obj, DLDataType dt, bint infer=False):
                 f"a {_dtype_from_triple(dt.code, dt.bits, dt.lanes)} element is a sequence of {dt.lanes} "
                 f"values (one per lane); got a sequence of shape {tuple([shape[i] for i in range(nd)])}")
         out_nd = nd - 1
-    cdef Array a = _empty(tuple([shape[i] for i in range(out_nd)]), dt, cpu)
-    name = _dtype_from_triple(dt.code, dt.bits, dt.lanes).name.encode()
+    cdef Array a = _empty_dims(shape, out_nd, dt, cpu)
+    name = _dtype_name_bytes(dt)
     dlref_seq_fill(obj, nd, a._data, _type_id(dt), name)
     return a
 
@@ -408,6 +420,18 @@ def _from_values(obj, dtype=None):
     if dtype is None:
         return _from_python(obj, dt, True)
     return _from_python(obj, _dldtype(dtype))
+
+
+def _copied(obj):
+    """A C-contiguous host copy of a DLPack producer's host data (for
+    asarray(..., copy=True)); None when the data is not on the CPU."""
+    cdef DLDevice cpu
+    cpu.device_type = kDLCPU
+    cpu.device_id = 0
+    cdef Array a = obj if isinstance(obj, Array) else _import_plain(obj)
+    if a._device.device_type != kDLCPU:
+        return None
+    return _copy_to(a, cpu, None)
 
 
 def _astype(Array a, dtype):
@@ -533,17 +557,27 @@ cdef Array _empty(tuple shape, DLDataType dt, DLDevice device, bint padded_subby
     cdef int32_t nd = len(shape)
     if nd > DLPACK_REF_MAX_NDIM:
         raise ValueError(f"ndim={nd} exceeds the maximum of {DLPACK_REF_MAX_NDIM}")
+    cdef int64_t dims[DLPACK_REF_MAX_NDIM]
+    cdef int i
+    for i in range(nd):
+        dims[i] = shape[i]
+    return _empty_dims(dims, nd, dt, device, padded_subbyte)
+
+
+cdef Array _empty_dims(const int64_t* dims, int32_t nd, DLDataType dt, DLDevice device, bint padded_subbyte=True):
+    """_empty of a shape given as a C array (no tuple made: copies of
+    existing Arrays call this)."""
     dlpack_check_dtype(dt)
     cdef Array a = _new_array(nd)
     cdef int64_t n = 1
     cdef int i
     cdef int64_t extent
     for i in range(nd):
-        extent = shape[i]
+        extent = dims[i]
         if extent < 0:
-            raise ValueError(f"negative dimension {extent} in shape {shape!r}")
+            raise ValueError(f"negative dimension {extent} in shape {tuple([dims[j] for j in range(nd)])!r}")
         if extent and n > INT64_MAX // extent:
-            raise ValueError(f"shape {shape!r} has more elements than fit in int64")
+            raise ValueError(f"shape {tuple([dims[j] for j in range(nd)])!r} has more elements than fit in int64")
         n *= extent
         a._shape[i] = extent
     _set_c_strides(a)
@@ -553,12 +587,12 @@ cdef Array _empty(tuple shape, DLDataType dt, DLDevice device, bint padded_subby
         a._flags = DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED
     cdef int64_t bits = dlpack_ref_storage_bits(dt, a._flags)
     if n > (INT64_MAX - 7) // bits:
-        raise ValueError(f"shape {shape!r} needs more than 2**63 bytes")
+        raise ValueError(f"shape {tuple([dims[j] for j in range(nd)])!r} needs more than 2**63 bytes")
     cdef size_t nbytes = <size_t>dlpack_ref_nbytes(n, bits)
     if device.device_type == kDLCPU:
         a._host_alloc = dlref_aligned_alloc(nbytes)
         if a._host_alloc == NULL:
-            raise MemoryError(f"cannot allocate {nbytes} bytes for an Array of shape {shape!r}")
+            raise MemoryError(f"cannot allocate {nbytes} bytes for an Array of shape {tuple([dims[j] for j in range(nd)])!r}")
         a._data = <char*>a._host_alloc
     elif dlpack_ref_device_supported(device.device_type):
         owner = _cuda().allocate(_device_object(device), nbytes)
@@ -582,7 +616,8 @@ cdef Array _copy_to(Array src, DLDevice target, object stream):
         # host memory, so the Array says CPU.
         memory.device_type = kDLCUDAHost
         memory.device_id = 0
-    cdef Array dst = _empty(src.shape, src._dtype, memory, (src._flags & DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED) != 0)
+    cdef Array dst = _empty_dims(src._shape, src._ndim, src._dtype, memory,
+                                 (src._flags & DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED) != 0)
     dst._device = target
     if src._device.device_type == kDLCPU and target.device_type == kDLCPU:
         _host_copy(dst, src)
@@ -650,7 +685,7 @@ cdef Array _converted(Array src, DLDataType dt):
     cpu.device_type = kDLCPU
     cpu.device_id = 0
     cdef Array host = _host_readable(src)
-    cdef Array out = _empty(src.shape, dt, cpu)
+    cdef Array out = _empty_dims(src._shape, src._ndim, dt, cpu)
     _host_convert(out, host)
     if src._device.device_type != kDLCPU:
         return _copy_to(out, src._device, None)
@@ -753,17 +788,6 @@ cdef Array _basic_index(Array a, object key):
         v._strides[i] = out_strides[i]
     v._data = a._data + offset * (dlpack_ref_storage_bits(a._dtype, a._flags) // 8)
     return v
-
-
-def _write_host_bytes(Array a, const unsigned char[::1] data not None):
-    """Fill a freshly allocated C-contiguous host Array from raw bytes."""
-    cdef size_t n = <size_t>_nbytes_of(a)
-    if <size_t>data.shape[0] != n:
-        raise ValueError(f"expected {n} bytes, got {data.shape[0]}")
-    if not dlpack_ref_device_host_accessible(a._device.device_type) or not _is_c_contiguous(a):
-        raise BufferError("raw writes need a C-contiguous host Array")
-    if n:
-        memcpy(a._data, &data[0], n)
 
 
 def empty(shape, *, dtype=None, device=None):

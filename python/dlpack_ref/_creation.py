@@ -85,6 +85,11 @@ def asarray(obj, /, *, dtype=None, device=None, copy=None):
         raise TypeError(f"copy must be True, False or None, not {copy!r}")
     want = None if dtype is None else as_dtype(dtype)
     if isinstance(obj, Array) or hasattr(obj, "__dlpack__"):
+        if copy is True and device is None:
+            # Host data is copied here, by the core's copy routine.
+            a = _core._copied(obj) if want is None else None
+            if a is not None:
+                return a
         if isinstance(obj, Array) and copy is not True and (want is None or want == obj.dtype) and (
                 device is None or as_device(device) == obj.device):
             return obj
