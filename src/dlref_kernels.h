@@ -541,6 +541,18 @@ static void dlref_run_F16_F32(char* d, int64_t ds, const char* s, int64_t ss, in
 }
 static void dlref_run_F32_BF16(char* d, int64_t ds, const char* s, int64_t ss, int64_t n) {
     int64_t i;
+    if (ds == 2 && ss == 4 && ((uintptr_t)s & 3) == 0 && ((uintptr_t)d & 1) == 0) {
+        /* The same rounding without a branch, so the loop vectorizes. */
+        const uint32_t* sp = (const uint32_t*)s;
+        uint16_t* dp = (uint16_t*)d;
+        for (i = 0; i < n; ++i) {
+            uint32_t u = sp[i];
+            uint16_t rounded = (uint16_t)((u + 0x7FFF + ((u >> 16) & 1)) >> 16);
+            uint16_t nan = (uint16_t)(((u >> 16) & 0x8000) | 0x7FC0);
+            dp[i] = (u & 0x7FFFFFFF) > 0x7F800000 ? nan : rounded;
+        }
+        return;
+    }
     for (i = 0; i < n; ++i) { float v; uint16_t w; memcpy(&v, s + i * ss, 4); w = dlref_bf16_from_f32(v); memcpy(d + i * ds, &w, 2); }
 }
 static void dlref_run_BF16_F32(char* d, int64_t ds, const char* s, int64_t ss, int64_t n) {
