@@ -1,70 +1,139 @@
 #!/usr/bin/env bash
-# The GPU check, end to end, on a single-GPU machine with CuPy, PyTorch, JAX,
-# Cython, CMake and ninja preinstalled and no network: build dlpack-ref with
-# what is present (no build isolation, nothing downloaded), run the tests
-# marked `cuda`, then the GPU benchmarks. Prints everything; when $OUT is
-# set, writes pytest's JUnit XML, the benchmark JSON and a summary there.
-# Budget: under 5 minutes (the build ~1 min, tests ~1 min, benchmarks ~1 min).
+# The GPU check, end to end, for a machine with a GPU and no network whose
+# `python3` already holds cuda-bindings, Cython, scikit-build-core, CMake,
+# ninja, pytest, hypothesis (and CuPy, PyTorch, JAX for interop):
 #
-#   bash benchmarks/gpu_check.sh            # from the repository root
+#   1. build dlpack-ref with that python3 as it is: pip install
+#      --no-build-isolation --no-deps --no-index --target DIR (nothing is
+#      downloaded, nothing is installed into python3's environment), DIR
+#      put first on PYTHONPATH;
+#   2. fail unless dlpack_ref.cuda finds the driver and a device;
+#   3. run the tests marked `cuda` (CuPy / PyTorch / JAX interop included);
+#      fail when they fail, and when every one of them skipped;
+#   4. run the GPU benchmarks (bandwidth, synchronized exchange).
+#
+# Writes gpu_check.log, pytest_cuda.xml, pytest_cuda.log, bench_gpu.json and
+# gpu_check.json (the summary) into $OUT when it is set, else results/.
+# Budget: under 5 minutes. Exit status 0 only when every step passed.
+#
+#   bash benchmarks/gpu_check.sh               # on the GPU machine
+#   bash benchmarks/gpu_check.sh --simulator   # anywhere: on the simulated driver
+#   PYTHON=/path/to/python bash benchmarks/gpu_check.sh   # another interpreter
 set -uo pipefail
 
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-PY=${PYTHON:-python}
-OUT_DIR=${OUT:-}
+PY=${PYTHON:-python3}
+SIM=0
+[ "${1:-}" = "--simulator" ] && SIM=1
+[ "${DLPACK_REF_CUDA_SIM:-}" = "1" ] && SIM=1
+RESULTS=${OUT:-$ROOT/results}
+mkdir -p "$RESULTS" || exit 1
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
-status=0
+LOG="$RESULTS/gpu_check.log"
+: > "$LOG"
+failed=()
 
-step() { printf '\n=== %s ===\n' "$*"; }
+step() { printf '\n=== %s ===\n' "$*" | tee -a "$LOG"; }
+fail() { echo "FAILED: $*" | tee -a "$LOG"; failed+=("$1"); }
+summary() {
+    local status=$1
+    "$PY" - "$RESULTS" "$status" "$SIM" "${failed[@]}" <<'PY'
+import json, os, sys
+results, status, sim, failed = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1", sys.argv[4:]
+counts = {}
+xml = os.path.join(results, "pytest_cuda.xml")
+if os.path.exists(xml):
+    import xml.etree.ElementTree as ET
+    root = ET.parse(xml).getroot()
+    suite = root if root.tag == "testsuite" else root.find("testsuite")
+    counts = {k: int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped")}
+with open(os.path.join(results, "gpu_check.json"), "w") as f:
+    json.dump({"status": status, "driver": "simulator" if sim else "real", "failed_steps": failed,
+               "cuda_tests": counts}, f, indent=2)
+PY
+    step "done: status $status${failed:+ (failed: ${failed[*]})}"
+    exit "$status"
+}
+
+if [ "$SIM" = 1 ]; then
+    export DLPACK_REF_CUDA_SIM=1          # tests/conftest.py loads the simulator
+    RUN=("$PY" "$ROOT/tests/support/cudasim.py" --)
+else
+    export DLPACK_REF_CUDA_SIM=0          # never the simulator on the GPU machine
+    RUN=("$PY")
+fi
 
 step "environment"
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv 2>/dev/null || echo "nvidia-smi not found"
-$PY - <<'PY'
+{
+    echo "python: $(command -v "$PY") ($("$PY" -c 'import sys; print(sys.version.split()[0])'))"
+    [ "$SIM" = 1 ] && echo "driver: the simulator of tests/support (DLPACK_REF_CUDA_SIM=1)"
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv 2>/dev/null || echo "nvidia-smi: not found"
+    "$PY" - <<'PY'
 import importlib
-for m in ("cuda.bindings", "cupy", "torch", "jax", "Cython", "numpy"):
+for m in ("cuda.bindings", "cupy", "torch", "jax", "Cython", "scikit_build_core", "numpy", "pytest"):
     try:
         mod = importlib.import_module(m)
-        print(f"{m:14} {getattr(mod, '__version__', '?')}")
+        print(f"{m:18} {getattr(mod, '__version__', '?')}")
     except Exception as e:
-        print(f"{m:14} missing ({type(e).__name__})")
+        print(f"{m:18} missing ({type(e).__name__})")
 PY
+} 2>&1 | tee -a "$LOG"
 
-step "build (pip install --no-build-isolation --no-deps .)"
-# A private virtual environment that sees the preinstalled packages, so the
-# system site-packages are left as they are.
-$PY -m venv --system-site-packages "$WORK/venv" || exit 1
-VPY="$WORK/venv/bin/python"
-if "$VPY" -c "import scikit_build_core" 2>/dev/null; then
-    timeout 240 "$VPY" -m pip install --no-build-isolation --no-deps --no-index -q \
-        -C build-dir="$WORK/build" "$ROOT" || { echo "BUILD FAILED"; exit 1; }
-else
-    # No scikit-build-core here: the same CMake project, driven directly,
-    # installed into the venv's site-packages next to the Python sources.
-    echo "scikit-build-core not present: building with cmake + ninja directly"
-    SITE=$("$VPY" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
-    cp -r "$ROOT/python/dlpack_ref" "$SITE/" || exit 1
-    timeout 240 cmake -S "$ROOT" -B "$WORK/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-        -DSKBUILD_PROJECT_NAME=dlpack_ref -DPython_EXECUTABLE="$VPY" >/dev/null \
-        && timeout 240 cmake --build "$WORK/build" \
-        && cmake --install "$WORK/build" --prefix "$SITE" >/dev/null \
-        || { echo "BUILD FAILED"; exit 1; }
+step "build: pip install --no-build-isolation --no-deps --no-index --target"
+SITE="$WORK/site"
+if ! timeout 200 "$PY" -m pip install --no-build-isolation --no-deps --no-index --no-cache-dir -q \
+        --target "$SITE" -C build-dir="$WORK/build" "$ROOT" >>"$LOG" 2>&1; then
+    tail -30 "$LOG"
+    fail build
+    summary 1
+fi
+export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
+echo "built into $SITE" | tee -a "$LOG"
+
+step "CUDA driver and device"
+cat > "$WORK/check_driver.py" <<'PY'
+import dlpack_ref, dlpack_ref.cuda as cuda
+from dlpack_ref._cuda_driver import runtime
+print("dlpack_ref from", dlpack_ref.__file__)
+try:
+    cuda.require()
+except cuda.CUDAUnavailableError as exc:
+    raise SystemExit(f"dlpack_ref.cuda cannot use CUDA here: {exc}")
+rt = runtime()
+print(f"driver loaded, {rt.device_count} device(s)")
+import numpy as np
+a = dlpack_ref.asarray(np.arange(4.0), device="cuda:0")
+assert np.from_dlpack(a.to_device("cpu")).tolist() == [0.0, 1.0, 2.0, 3.0]
+print("round trip through cuda:0: ok")
+PY
+if ! (cd "$WORK" && timeout 60 "${RUN[@]}" "$WORK/check_driver.py") 2>&1 | tee -a "$LOG"; then
+    fail driver
+    summary 1
 fi
 
 step "pytest -m cuda"
-JUNIT=()
-[ -n "$OUT_DIR" ] && JUNIT=(--junitxml "$OUT_DIR/pytest_cuda.xml")
-(cd "$WORK" && timeout 150 "$VPY" -m pytest -p no:cacheprovider -m cuda -q -rs "${JUNIT[@]}" \
-    "$ROOT/tests") || status=1
+(cd "$WORK" && timeout 150 "$PY" -m pytest -p no:cacheprovider -m cuda -q -rs \
+    --junitxml "$RESULTS/pytest_cuda.xml" "$ROOT/tests") 2>&1 | tee "$RESULTS/pytest_cuda.log" | tee -a "$LOG" | tail -40
+[ "${PIPESTATUS[0]}" = 0 ] || fail tests
+if ! "$PY" - "$RESULTS/pytest_cuda.xml" <<'PY' 2>&1 | tee -a "$LOG"; then
+import sys, xml.etree.ElementTree as ET
+root = ET.parse(sys.argv[1]).getroot()
+suite = root if root.tag == "testsuite" else root.find("testsuite")
+tests, skipped = int(suite.get("tests", 0)), int(suite.get("skipped", 0))
+print(f"cuda tests: {tests}, skipped: {skipped}")
+if tests == 0 or skipped == tests:
+    raise SystemExit("every cuda test was skipped: nothing ran on CUDA")
+PY
+    fail all-skipped
+fi
 
 step "GPU benchmarks"
-BENCH_JSON=()
-[ -n "$OUT_DIR" ] && BENCH_JSON=(--json "$OUT_DIR/bench_gpu.json")
-(cd "$WORK" && timeout 120 "$VPY" "$ROOT/benchmarks/bench_gpu.py" --quick "${BENCH_JSON[@]}") || status=1
+BENCH=(--quick --json "$RESULTS/bench_gpu.json")
+[ "$SIM" = 1 ] && BENCH+=(--simulator)
+(cd "$WORK" && timeout 90 "$PY" "$ROOT/benchmarks/bench_gpu.py" "${BENCH[@]}") 2>&1 | tee -a "$LOG"
+[ "${PIPESTATUS[0]}" = 0 ] || fail benchmarks
 
-if [ -n "$OUT_DIR" ]; then
-    printf '{"status": %d}\n' "$status" > "$OUT_DIR/gpu_check.json"
-fi
-step "done (status $status)"
-exit $status
+[ ${#failed[@]} -eq 0 ] && summary 0
+summary 1

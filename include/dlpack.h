@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* SPDX-FileCopyrightText: dlpack-ref developers */
 /*
  * dlpack.h -- the DLPack 1.3 ABI, as written for dlpack-ref.
  *

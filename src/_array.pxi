@@ -37,8 +37,10 @@ cdef class Array:
     cdef bint _managed_versioned
     # Host memory allocated here (256-byte aligned), freed in __dealloc__.
     cdef void* _host_alloc
-    # CUDA stream (CUstream handle; 0 = legacy default) that orders this memory.
-    cdef public uintptr_t _stream
+    # CUDA-family memory: the record of its pending work (dlpack_ref.cuda's
+    # PendingWork), one object shared by the Array owning the memory and all
+    # its views; None until needed (see _work_of).
+    cdef object _work
     cdef object __weakref__
 
     def __init__(self, *args, **kwargs):
@@ -257,9 +259,32 @@ cdef class Array:
             c = self.to_device((kDLCPU, 0))
         elif not _is_c_contiguous(self):
             c = self.copy()
-        elif self._device.device_type != kDLCPU:
-            _cuda().synchronize_for_host(self)
+        else:
+            _host_wait(self)
         return (<char*>c._data)[:_nbytes_of(c)]
+
+
+# Array.__new__(Array) from Python would make an Array with NULL data, dtype
+# (0, 0, 0) and device (0, 0) that exports as such. The core makes Arrays
+# by calling the type's C constructor directly (Cython compiles
+# Array.__new__(Array) to that call), so the type's tp_new slot, which
+# Python-level construction goes through, can refuse.
+cdef extern from *:
+    """
+    static PyObject* dlref_refuse_new(PyTypeObject* type, PyObject* args, PyObject* kwds) {
+        PyErr_Format(PyExc_TypeError,
+                     "%s cannot be created directly; use asarray, from_dlpack, empty or zeros",
+                     type->tp_name);
+        return NULL;
+    }
+    static void dlref_refuse_python_new(PyObject* type) {
+        ((PyTypeObject*)type)->tp_new = dlref_refuse_new;
+        PyType_Modified((PyTypeObject*)type);
+    }
+    """
+    void dlref_refuse_python_new(object type)
+
+dlref_refuse_python_new(Array)
 
 
 # --- small helpers of the Array --------------------------------------------
@@ -363,12 +388,6 @@ cdef Array _integer_index(Array a, tuple key):
     cdef Array v = _view(a, 0)
     v._data = a._data + offset * (dlpack_ref_storage_bits(a._dtype, a._flags) // 8)
     return v
-
-
-cdef bint _has_buffer(object obj):
-    if type(obj) in (list, tuple, int, float, complex, bool, str):
-        return False
-    return PyObject_CheckBuffer(obj)
 
 
 cdef Array _as_array(object obj):
@@ -503,41 +522,88 @@ cdef Array _view(Array src, int32_t ndim):
     v._dtype = src._dtype
     v._device = src._device
     v._flags = src._flags
-    v._stream = src._stream
+    if dlpack_ref_device_cuda_family(src._device.device_type):
+        v._work = _work_of(src)
     v._base = src
     return v
 
 
+cdef object _work_of(Array a):
+    """The pending-work record of a's memory, made on first use. Memory
+    that was not allocated here was handed over ordered on the legacy
+    default stream of its device (DLPack's stream=None)."""
+    if a._work is None:
+        a._work = _PendingWork(a._device.device_id)
+    return a._work
+
+
+cdef int _host_wait(Array a) except -1:
+    """Before the host reads a's memory in place: the pending work is done."""
+    if dlpack_ref_device_cuda_family(a._device.device_type):
+        w = _work_of(a)
+        if not w.idle:
+            _cuda().host_wait(w)
+    return 0
+
+
+cdef tuple _block(Array a, int64_t itemsize):
+    """The description of a's memory that dlpack_ref.cuda copies from/to
+    (CPU Arrays on pinned memory, from a copy to the host on a stream, keep
+    the record of that memory, so its free waits for the copy)."""
+    return (<uintptr_t>a._data, a._device.device_type, a._device.device_id,
+            _work_of(a) if dlpack_ref_device_cuda_family(a._device.device_type) else a._work,
+            tuple([a._strides[i] * itemsize for i in range(a._ndim)]), _is_c_contiguous(a))
+
+
+cdef int _device_copy(Array dst, Array src, object stream, bint dst_is_new) except -1:
+    """Copy src into dst (same shape) through dlpack_ref.cuda."""
+    cdef int64_t bits = dlpack_ref_storage_bits(src._dtype, src._flags)
+    cdef int64_t itemsize = bits // 8 if bits >= 8 else 0
+    if itemsize and src._device.device_type == kDLCPU and dst._device.device_type != kDLCPU \
+            and not _is_c_contiguous(src):
+        # Gather pageable host data on the host: one transfer instead of many.
+        src = _copy_to(src, src._device, None)
+    cuda = _cuda()
+    cuda.copy_array(cuda.Block(*_block(dst, itemsize)), cuda.Block(*_block(src, itemsize)), src.shape,
+                    itemsize, <size_t>((_size_of(src) * bits + 7) // 8), stream, dst_is_new=dst_is_new)
+    return 0
+
+
 cdef inline int64_t _size_of(Array a) noexcept:
+    # An empty array's extents may multiply past int64 (the product rule
+    # counts a zero extent first), so a zero is looked for before multiplying.
     cdef int64_t n = 1
     cdef int i
+    for i in range(a._ndim):
+        if a._shape[i] == 0:
+            return 0
     for i in range(a._ndim):
         n *= a._shape[i]
     return n
 
 
-cdef bint _is_c_contiguous(Array a) noexcept:
+cdef bint _is_dense(Array a, bint row_major) noexcept:
+    """Whether a's elements are packed without gaps in row-major (C) or
+    column-major (Fortran) order; size-1 axes may have any stride and an
+    empty array is dense in both orders, as NumPy has it."""
     cdef int64_t expected = 1
-    cdef int i
-    for i in range(a._ndim - 1, -1, -1):
-        if a._shape[i] == 0:
-            return True
-        if a._shape[i] != 1 and a._strides[i] != expected:
-            return False
-        expected *= a._shape[i]
-    return True
-
-
-cdef bint _is_f_contiguous(Array a) noexcept:
-    cdef int64_t expected = 1
-    cdef int i
+    cdef int i, axis
+    if _size_of(a) == 0:
+        return True
     for i in range(a._ndim):
-        if a._shape[i] == 0:
-            return True
-        if a._shape[i] != 1 and a._strides[i] != expected:
+        axis = a._ndim - 1 - i if row_major else i
+        if a._shape[axis] != 1 and a._strides[axis] != expected:
             return False
-        expected *= a._shape[i]
+        expected *= a._shape[axis]
     return True
+
+
+cdef inline bint _is_c_contiguous(Array a) noexcept:
+    return _is_dense(a, True)
+
+
+cdef inline bint _is_f_contiguous(Array a) noexcept:
+    return _is_dense(a, False)
 
 
 cdef inline void _set_c_strides(Array a) noexcept:
@@ -560,6 +626,8 @@ cdef Array _empty(tuple shape, DLDataType dt, DLDevice device, bint padded_subby
     cdef int64_t dims[DLPACK_REF_MAX_NDIM]
     cdef int i
     for i in range(nd):
+        if not -INT64_MAX <= shape[i] <= INT64_MAX:
+            raise ValueError(f"dimension {shape[i]} in shape {shape!r} does not fit int64")
         dims[i] = shape[i]
     return _empty_dims(dims, nd, dt, device, padded_subbyte)
 
@@ -569,17 +637,17 @@ cdef Array _empty_dims(const int64_t* dims, int32_t nd, DLDataType dt, DLDevice 
     existing Arrays call this)."""
     dlpack_check_dtype(dt)
     cdef Array a = _new_array(nd)
-    cdef int64_t n = 1
     cdef int i
-    cdef int64_t extent
     for i in range(nd):
-        extent = dims[i]
-        if extent < 0:
-            raise ValueError(f"negative dimension {extent} in shape {tuple([dims[j] for j in range(nd)])!r}")
-        if extent and n > INT64_MAX // extent:
-            raise ValueError(f"shape {tuple([dims[j] for j in range(nd)])!r} has more elements than fit in int64")
-        n *= extent
-        a._shape[i] = extent
+        a._shape[i] = dims[i]
+    # The documented rule: the product of the extents fits int64 (an empty
+    # shape's product is 0, whatever its other extents).
+    cdef int64_t n = dlpack_ref_element_count(a._shape, nd)
+    if n == -1:
+        raise ValueError(f"negative dimension {min([dims[j] for j in range(nd)])} in shape "
+                         f"{tuple([dims[j] for j in range(nd)])!r}")
+    if n == -2:
+        raise ValueError(f"shape {tuple([dims[j] for j in range(nd)])!r} has more elements than fit in int64")
     _set_c_strides(a)
     a._dtype = dt
     a._device = device
@@ -597,6 +665,7 @@ cdef Array _empty_dims(const int64_t* dims, int32_t nd, DLDataType dt, DLDevice 
     elif dlpack_ref_device_supported(device.device_type):
         owner = _cuda().allocate(_device_object(device), nbytes)
         a._base = owner
+        a._work = owner.work
         a._data = <char*><uintptr_t>owner.ptr
     else:
         raise BufferError(
@@ -622,7 +691,7 @@ cdef Array _copy_to(Array src, DLDevice target, object stream):
     if src._device.device_type == kDLCPU and target.device_type == kDLCPU:
         _host_copy(dst, src)
     else:
-        _cuda().copy_array(dst, src, stream)
+        _device_copy(dst, src, stream, True)
     return dst
 
 
@@ -633,6 +702,8 @@ cdef int _host_copy(Array dst, Array src) except -1:
     cdef int64_t dst_b[DLPACK_REF_MAX_NDIM]
     cdef int64_t src_b[DLPACK_REF_MAX_NDIM]
     cdef int i
+    if _size_of(src) == 0:
+        return 0
     if bits < 8:
         if not (_is_c_contiguous(src) and _is_c_contiguous(dst)):
             raise BufferError(f"strided copies of packed sub-byte {src.dtype} data are not supported")
@@ -695,14 +766,48 @@ cdef Array _converted(Array src, DLDataType dt):
 
 
 cdef int _assign(Array dst, Array src) except -1:
-    """dst[...] = src with broadcasting of size-1 / missing leading dims."""
+    """dst[...] = src with broadcasting of size-1 / missing leading dims.
+
+    Overlap-safe as NumPy is: when the bytes src reads and the bytes dst
+    writes intersect (a reversed, shifted or transposed view of the same
+    memory), src is copied to a temporary first."""
+    if _overlaps(dst, src):
+        src = src.copy()
     cdef Array b = _broadcast_to(src, dst)
     if dlpack_ref_device_host_accessible(dst._device.device_type) and dlpack_ref_device_host_accessible(b._device.device_type) \
             and dst._device.device_type == kDLCPU and b._device.device_type == kDLCPU:
         _host_copy(dst, b)
     else:
-        _cuda().copy_array(dst, b, None, dst_is_new=False)
+        _device_copy(dst, b, None, False)
     return 0
+
+
+cdef inline void _byte_range(Array a, uintptr_t* low, uintptr_t* high) noexcept:
+    """[low, high): the bytes a non-empty Array's elements occupy."""
+    cdef int64_t itemsize = (dlpack_ref_storage_bits(a._dtype, a._flags) + 7) // 8
+    cdef int64_t below = 0
+    cdef int64_t above = 0
+    cdef int i
+    for i in range(a._ndim):
+        if a._shape[i] > 1:
+            if a._strides[i] < 0:
+                below += a._strides[i] * (a._shape[i] - 1)
+            else:
+                above += a._strides[i] * (a._shape[i] - 1)
+    low[0] = <uintptr_t>(a._data + below * itemsize)
+    high[0] = <uintptr_t>(a._data + (above + 1) * itemsize)
+
+
+cdef bint _overlaps(Array a, Array b) noexcept:
+    """Whether two Arrays on one device share any byte (empty ones share none)."""
+    cdef uintptr_t a_low, a_high, b_low, b_high
+    if a._device.device_type != b._device.device_type or a._device.device_id != b._device.device_id:
+        return False
+    if _size_of(a) == 0 or _size_of(b) == 0:
+        return False
+    _byte_range(a, &a_low, &a_high)
+    _byte_range(b, &b_low, &b_high)
+    return a_low < b_high and b_low < a_high
 
 
 cdef Array _broadcast_to(Array src, Array like):
@@ -753,8 +858,12 @@ cdef Array _basic_index(Array a, object key):
     out_strides = []
     cdef int64_t offset = 0
     cdef int axis = 0
-    cdef int64_t size, stride, idx
-    cdef Py_ssize_t start, stop, step, length
+    cdef int64_t size, stride, idx, length
+    # In a non-empty Array every element's offset fits int64 (checked when it
+    # was made), so offsets and strides of its views do too; an empty one
+    # addresses no element, so none is computed (its extents and strides may
+    # be anything the product rule allows).
+    cdef bint empty = _size_of(a) == 0
     for k in expanded:
         if k is None:
             out_shape.append(1)
@@ -763,12 +872,20 @@ cdef Array _basic_index(Array a, object key):
         size = a._shape[axis]
         stride = a._strides[axis]
         if isinstance(k, slice):
+            # Python ints: a step or bound of any size is clamped as NumPy does.
             start, stop, step = (<slice>k).indices(size)
             length = len(range(start, stop, step))
-            if length > 0:
-                offset += start * stride
+            if length > 0 and not empty:
+                offset += <int64_t>start * stride
             out_shape.append(length)
-            out_strides.append(stride * step)
+            # One element or none: the stride never addresses memory; it is
+            # NumPy's stride * step when that fits int64, else the axis's own.
+            if length <= 1:
+                out_strides.append(stride * step if -INT64_MAX <= stride * step <= INT64_MAX else stride)
+            elif empty:
+                out_strides.append(<int64_t>(<uint64_t>stride * <uint64_t><int64_t>step))
+            else:
+                out_strides.append(stride * <int64_t>step)
         elif isinstance(k, bool) or not hasattr(k, "__index__"):
             raise IndexError(
                 f"only integers, slices, Ellipsis and None are valid indices (basic indexing), not {type(k).__name__}")
@@ -779,8 +896,13 @@ cdef Array _basic_index(Array a, object key):
             idx = index
             if idx < 0:
                 idx += size
-            offset += idx * stride
+            if not empty:
+                offset += idx * stride
         axis += 1
+    if len(out_shape) > DLPACK_REF_MAX_NDIM:
+        raise IndexError(
+            f"the index {key!r} makes an Array of {len(out_shape)} dimensions; the maximum is "
+            f"{DLPACK_REF_MAX_NDIM}")
     cdef Array v = _view(a, len(out_shape))
     cdef int i
     for i in range(v._ndim):
@@ -826,4 +948,4 @@ def _fill_zero(Array a):
     if a._device.device_type == kDLCPU:
         memset(a._data, 0, n)
     else:
-        _cuda().memset(a, 0, n)
+        _cuda().memset(<uintptr_t>a._data, a._device.device_type, a._device.device_id, _work_of(a), 0, n)

@@ -79,6 +79,11 @@ def can_access(device, memory_device):
 
 # --- CUDA, loaded only when a CUDA device is involved ------------------------
 
+# Neither import loads cuda-python or a driver.
+from dlpack_ref import _cuda_streams
+from dlpack_ref._cuda_streams import PendingWork as _PendingWork
+from dlpack_ref._streams import stream_handle as _stream_handle
+
 cdef object _cuda_module = None
 
 cdef object _cuda():

@@ -19,7 +19,6 @@ from cpython.buffer cimport (
     PyBUF_ND, PyBUF_STRIDES, PyBUF_C_CONTIGUOUS, PyBUF_F_CONTIGUOUS, PyBUF_ANY_CONTIGUOUS,
 )
 from cpython.object cimport PyObject
-from cpython.buffer cimport PyObject_CheckBuffer
 from cpython.pycapsule cimport (
     PyCapsule_New, PyCapsule_IsValid, PyCapsule_GetPointer, PyCapsule_GetName,
     PyCapsule_SetName, PyCapsule_CheckExact,

@@ -35,6 +35,9 @@ cdef int _api_from_py_object(void* py_object, DLManagedTensorVersioned** out) ex
     if not isinstance(obj, Array):
         raise TypeError(f"dlpack-ref's exchange API exports Array objects, not {type(obj).__name__}")
     cdef Array a = <Array>obj
+    if dlpack_ref_device_cuda_family(a._device.device_type) and not _work_of(a).idle:
+        # No host sync, but the stream current_work_stream reports carries the data.
+        _cuda().export_no_sync(_work_of(a), a._device.device_type, a._device.device_id)
     out[0] = _versioned_block(a, a._flags & (DLPACK_FLAG_BITMASK_READ_ONLY | DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED))
     return 0
 
@@ -42,6 +45,9 @@ cdef int _api_from_py_object(void* py_object, DLManagedTensorVersioned** out) ex
 cdef int _api_to_py_object(DLManagedTensorVersioned* tensor, void** out_py_object) except -1:
     # Takes ownership of `tensor`: on failure its deleter has been called.
     cdef Array a = _array_from_managed(tensor, True)
+    if dlpack_ref_device_cuda_family(a._device.device_type):
+        # The library enqueued its work on the stream current_work_stream reported.
+        _cuda().record_current(_work_of(a), a._device.device_type, a._device.device_id)
     Py_INCREF(a)
     out_py_object[0] = <void*>a
     return 0
@@ -112,16 +118,41 @@ def exchange_api_version(tp):
     return (api.header.version.major, api.header.version.minor)
 
 
+cdef extern from *:
+    """
+    /* The table's export, with its status as a plain int: a table may return
+       -1 without setting an exception, which Cython's except -1 would turn
+       into a SystemError. */
+    static int dlref_table_export(DLPackExchangeAPI* api, PyObject* obj, DLManagedTensorVersioned** out) {
+        return api->managed_tensor_from_py_object_no_sync((void*)obj, out);
+    }
+    """
+    int dlref_table_export(DLPackExchangeAPI* api, PyObject* obj, DLManagedTensorVersioned** out)
+    void PyErr_Clear()
+
+
 cdef Array _import_via_exchange_api(DLPackExchangeAPI* api, object x):
+    """x's tensor through its type's table, or None when the table fails in
+    any way (an error, -1 with no error, no tensor, a tensor the checks
+    refuse, whose deleter has then run): the caller then asks __dlpack__,
+    so that errors come out exactly as __dlpack__ gives them."""
     cdef DLManagedTensorVersioned* m = NULL
     cdef void* producer_stream = NULL
-    api.managed_tensor_from_py_object_no_sync(<void*>x, &m)
-    if m == NULL:
-        raise BufferError(f"{type(x).__name__}'s DLPack exchange API returned no tensor and no error")
-    cdef Array a = _array_from_managed(m, True)
+    cdef Array a
+    if dlref_table_export(api, <PyObject*>x, &m) != 0 or m == NULL:
+        PyErr_Clear()
+        if m != NULL:
+            # A tensor with a failure status is not trusted, but it is ours to free.
+            _call_deleter(m, True)
+        return None
+    try:
+        a = _array_from_managed(m, True)
+    except Exception:
+        return None
     if dlpack_ref_device_cuda_family(a._device.device_type):
         # "NoSync": ordering is ours to do: wait for the producer's stream.
         if api.current_work_stream != NULL:
             api.current_work_stream(a._device.device_type, a._device.device_id, &producer_stream)
-        _cuda().wait_for_producer(a, <uintptr_t>producer_stream)
+        _cuda().wait_for_producer(_work_of(a), a._device.device_type, a._device.device_id,
+                                  <uintptr_t>producer_stream)
     return a

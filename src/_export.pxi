@@ -13,30 +13,6 @@ cdef bint _wants_versioned(object max_version) except -1:
     return major >= 1
 
 
-cdef int _check_stream(Array a, object stream) except -1:
-    """Validate a non-None stream argument of __dlpack__ for this array."""
-    if not dlpack_ref_device_cuda_family(a._device.device_type):
-        if isinstance(stream, int) or hasattr(stream, "__cuda_stream__"):
-            raise ValueError(
-                f"stream={stream!r} was passed for an Array on {a.device}; only stream=None is "
-                "accepted for CPU memory")
-        raise TypeError(f"stream must be None for CPU memory, not {type(stream).__name__}")
-    if isinstance(stream, bool):
-        raise TypeError("stream must be an int, None or an object with __cuda_stream__, not bool")
-    if isinstance(stream, int):
-        if stream == 0:
-            raise ValueError(
-                "stream=0 is ambiguous and not allowed (use 1 for the legacy default stream, 2 for "
-                "the per-thread default stream, or a CUstream handle > 2)")
-        if stream < -1:
-            raise ValueError(f"stream={stream} is not valid: expected None, -1, 1, 2 or a CUstream handle > 2")
-        return 0
-    if hasattr(stream, "__cuda_stream__"):
-        return 0
-    raise TypeError(
-        f"stream must be None, an int or an object with __cuda_stream__, not {type(stream).__name__}")
-
-
 cdef object _export(Array a, object stream, object max_version, object dl_device, object copy):
     """Array.__dlpack__."""
     cdef bint versioned = False
@@ -47,13 +23,13 @@ cdef object _export(Array a, object stream, object max_version, object dl_device
         versioned = _wants_versioned(max_version)
     if copy is not None and copy is not True and copy is not False:
         raise TypeError(f"copy must be True, False or None, not {copy!r}")
+    cdef bint cuda_family = dlpack_ref_device_cuda_family(a._device.device_type)
     if stream is not None:
-        _check_stream(a, stream)
+        _stream_handle(stream, cuda_memory=cuda_family, where=str(a.device))
     if dl_device is None and copy is not True:
-        # stream=None is the legacy default stream: nothing to order
-        # unless this array's work is on another stream.
-        if dlpack_ref_device_cuda_family(a._device.device_type) and (stream is not None or a._stream > 1):
-            _cuda().export_sync(a, stream)
+        # Nothing to order when no work is pending.
+        if cuda_family and not _work_of(a).idle:
+            _cuda().export_sync(_work_of(a), a._device.device_type, a._device.device_id, stream)
     else:
         target = a._device if dl_device is None else _parse_device(dl_device)
         if copy is True or not _can_access(target, a._device):
@@ -63,13 +39,10 @@ cdef object _export(Array a, object stream, object max_version, object dl_device
                     f"{_device_object(target)}: a copy is needed")
             src = _copy_to(a, target, stream)
             flags |= DLPACK_FLAG_BITMASK_IS_COPIED
-        elif dlpack_ref_device_cuda_family(a._device.device_type):
-            if target.device_type == kDLCPU and stream is None:
-                # Pinned or managed memory read in place by the host: the
-                # data must be readable on return (a stream sync).
-                _cuda().synchronize_for_host(a)
-            elif stream is not None or a._stream > 1:
-                _cuda().export_sync(a, stream)
+        elif cuda_family and not _work_of(a).idle:
+            # Pinned or managed memory read in place by the host with
+            # stream=None is readable on return (export_sync waits).
+            _cuda().export_sync(_work_of(a), a._device.device_type, a._device.device_id, stream)
     if versioned:
         return _export_versioned(src, flags | (src._flags & (DLPACK_FLAG_BITMASK_READ_ONLY | DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED)))
     if src._flags & DLPACK_FLAG_BITMASK_READ_ONLY:
@@ -93,6 +66,7 @@ cdef int _fill_buffer(Array a, Py_buffer* view, int flags) except -1:
         raise BufferError(f"the buffer protocol serves CPU-accessible memory only; this Array is on {a.device}")
     if (flags & PyBUF_WRITABLE) and (a._flags & DLPACK_FLAG_BITMASK_READ_ONLY):
         raise BufferError("this Array is read-only; a writable buffer was requested")
+    _host_wait(a)
     cdef Py_ssize_t itemsize = a._dtype.bits // 8
     cdef Py_ssize_t* meta = <Py_ssize_t*>malloc(sizeof(Py_ssize_t) * 2 * (a._ndim + 1))
     if meta == NULL:

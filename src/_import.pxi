@@ -27,6 +27,9 @@ def _stream_context_entered(int delta):
         _stream_contexts += delta
 
 
+_cuda_streams.set_context_counter(_stream_context_entered)
+
+
 cdef Array _array_from_capsule(object capsule):
     if not PyCapsule_CheckExact(capsule):
         raise TypeError(f"__dlpack__ returned {type(capsule).__name__}, not a DLPack capsule")
@@ -94,25 +97,54 @@ cdef object _call_dlpack_versioned(object x):
 cdef Array _import_plain(object x):
     """Zero-copy import with no device, copy or stream request."""
     cdef void* api
+    cdef Array a
     if PyCapsule_CheckExact(x):
         return _array_from_capsule(x)
     if type(x) is Array:
         return _alias(<Array>x)
     api = _exchange_api_of(type(x))
     if api != NULL:
-        return _import_via_exchange_api(<DLPackExchangeAPI*>api, x)
+        a = _import_via_exchange_api(<DLPackExchangeAPI*>api, x)
+        if a is not None:
+            return a
+    if not hasattr(x, "__dlpack__"):
+        raise _not_dlpack(x)
     try:
         capsule = _call_dlpack_versioned(x)
     except TypeError:
-        if not hasattr(x, "__dlpack__"):
-            raise _not_dlpack(x) from None
         # A producer older than DLPack 1.0 rejects max_version.
         capsule = x.__dlpack__()
-    except AttributeError:
-        if not hasattr(x, "__dlpack__"):
-            raise _not_dlpack(x) from None
-        raise
-    return _array_from_capsule(capsule)
+    a = _array_from_capsule(capsule)
+    # Asked after __dlpack__, so that its refusals come first, as they
+    # would from __dlpack__ alone; `a` owns the tensor already, so any
+    # failure here runs the deleter.
+    _check_announced_device(x, a, _dlpack_device_of(x))
+    return a
+
+
+cdef DLDevice _dlpack_device_of(object x) except *:
+    """x.__dlpack_device__(), checked: a (device_type, device_id) tuple of two ints."""
+    method = getattr(x, "__dlpack_device__", None)
+    if method is None:
+        raise _not_dlpack(x)
+    answer = method()
+    if type(answer) is not tuple or len(<tuple>answer) != 2 or not all(
+            isinstance(v, int) and not isinstance(v, bool) for v in <tuple>answer):
+        raise TypeError(
+            f"{type(x).__name__}.__dlpack_device__() returned {answer!r}; expected a "
+            "(device_type, device_id) tuple of two ints")
+    return _parse_device(answer)
+
+
+cdef int _check_announced_device(object x, Array a, DLDevice announced) except -1:
+    """The capsule must be where __dlpack_device__ said (no dl_device was asked
+    for); `a` owns the tensor, so a refusal runs its deleter."""
+    if a._device.device_type != announced.device_type or a._device.device_id != announced.device_id:
+        raise BufferError(
+            f"{type(x).__name__}.__dlpack_device__() says {_dlpack_device_tuple(announced)!r} but "
+            f"its capsule's tensor is on ({<int>a._device.device_type}, {a._device.device_id}); "
+            "the capsule's deleter was called")
+    return 0
 
 
 cdef object _not_dlpack(object x):
@@ -158,10 +190,9 @@ def from_dlpack(x, /, *, device=None, copy=None):
     if PyCapsule_CheckExact(x):
         a = _array_from_capsule(x)
         return _finish_import(a, target if have_target else a._device, copy, False)
-    dlpack_device = getattr(x, "__dlpack_device__", None)
-    if dlpack_device is None or not hasattr(x, "__dlpack__"):
+    if not hasattr(x, "__dlpack__"):
         raise _not_dlpack(x)
-    source = _parse_device(dlpack_device())
+    source = _dlpack_device_of(x)
     if not have_target:
         target = source
     stream = None
@@ -182,22 +213,23 @@ def from_dlpack(x, /, *, device=None, copy=None):
         producer_did_it = False
         capsule = x.__dlpack__() if stream is None else x.__dlpack__(stream=stream)
     except BufferError:
-        if not have_target or _can_access(target, source):
+        if not have_target and copy is None:
             raise
-        # The producer cannot reach the target device: take the data as it
-        # is and move it here (a copy, so copy=False cannot be honoured).
-        if copy is False:
-            raise CopyForbiddenError(
-                f"copy=False, but the data on {_device_object(source)} cannot be used on "
-                f"{_device_object(target)} without a copy") from None
+        # The producer cannot move or copy as asked (another device, or no
+        # copies at all, as tvm-ffi): ask for what the plain path asks for
+        # and do the rest here, so that every device=/copy= request accepts
+        # the producers the plain path accepts. Its refusal, if it refuses
+        # that too, is the one that propagates.
         producer_did_it = False
         capsule = x.__dlpack__(max_version=_MAX_VERSION) if stream is None else \
             x.__dlpack__(max_version=_MAX_VERSION, stream=stream)
     a = _array_from_capsule(capsule)
+    if not have_target or not producer_did_it:
+        _check_announced_device(x, a, source)
     if stream is not None and stream != -1 and dlpack_ref_device_cuda_family(a._device.device_type) and \
             (stream > 2 or a._device.device_id == source.device_id):
-        # The producer ordered the data on our stream: it is the Array's now.
-        a._stream = 0 if stream == 1 else <uintptr_t>stream
+        # The producer ordered the data on our stream: its last write.
+        _cuda().imported(_work_of(a), a._device.device_type, a._device.device_id, stream)
     return _finish_import(a, target, copy, producer_did_it, stream)
 
 
@@ -229,36 +261,70 @@ cdef class _BufferOwner:
             self.acquired = False
 
 
+cdef extern from "Python.h":
+    # Declared here without Cython's "always raises on -1": an exporter can
+    # return -1 without setting an exception, which is reported below.
+    int _get_buffer "PyObject_GetBuffer"(object obj, Py_buffer* view, int flags) except? -1
+    int PyObject_CheckBuffer(object obj)
+
+
+def _has_buffer(obj):
+    """Whether obj's type exports the buffer protocol (nothing is asked of it)."""
+    return PyObject_CheckBuffer(obj) == 1
+
+
 def _from_buffer(obj):
-    """A zero-copy Array over obj's buffer (CPU); the result keeps the buffer."""
+    """A zero-copy Array over obj's buffer (CPU); the result keeps the buffer.
+
+    The exporter's Py_buffer is checked like a capsule's DLTensor before
+    any of it is used (docs/guarantees.md: buffer import); a refused buffer
+    is released exactly once."""
     cdef _BufferOwner owner = _BufferOwner.__new__(_BufferOwner)
-    PyObject_GetBuffer(obj, &owner.view, PyBUF_RECORDS_RO)
+    if _get_buffer(obj, &owner.view, PyBUF_RECORDS_RO) != 0:
+        raise BufferError(f"the buffer exporter of {type(obj).__name__} failed with no exception set")
     owner.acquired = True
-    cdef Py_ssize_t itemsize = owner.view.itemsize
-    cdef DLDataType dt = _dtype_of_format(owner.view.format, itemsize)
-    cdef int32_t nd = owner.view.ndim
-    if nd > DLPACK_REF_MAX_NDIM:
-        raise BufferError(f"buffer has ndim={nd}; dlpack-ref accepts up to {DLPACK_REF_MAX_NDIM}")
-    cdef Array a = _new_array(nd)
+    cdef Py_buffer* view = &owner.view
+    cdef int32_t nd = view.ndim
     cdef int i
+    if nd < 0 or nd > DLPACK_REF_MAX_NDIM:
+        raise BufferError(f"buffer has ndim={nd}; dlpack-ref accepts 0 to {DLPACK_REF_MAX_NDIM}")
+    if nd > 0 and view.shape == NULL:
+        raise BufferError(f"buffer has ndim={nd} and a NULL shape")
+    if view.suboffsets != NULL:
+        for i in range(nd):
+            if view.suboffsets[i] >= 0:
+                raise BufferError(
+                    f"buffer has suboffsets {tuple([view.suboffsets[j] for j in range(nd)])} (an "
+                    "array of pointers, PIL-style), which DLPack cannot describe; copy it first")
+    cdef Py_ssize_t itemsize = view.itemsize
+    cdef DLDataType dt = _dtype_of_format(view.format, itemsize)
+    cdef Array a = _new_array(nd)
     for i in range(nd):
-        a._shape[i] = owner.view.shape[i]
-        if owner.view.strides == NULL:
+        a._shape[i] = view.shape[i]
+        if view.strides == NULL:
             pass
-        elif owner.view.strides[i] % itemsize:
+        elif view.strides[i] % itemsize:
             raise BufferError(
-                f"buffer strides {tuple(owner.view.strides[j] for j in range(nd))} are not multiples of "
+                f"buffer strides {tuple([view.strides[j] for j in range(nd)])} are not multiples of "
                 f"the item size {itemsize}; DLPack strides count elements")
         else:
-            a._strides[i] = owner.view.strides[i] // itemsize
-    if owner.view.strides == NULL:
+            a._strides[i] = view.strides[i] // itemsize
+    if view.strides == NULL:
         _set_c_strides(a)
-    a._data = <char*>owner.view.buf
+    a._data = <char*>view.buf
     a._dtype = dt
     a._device.device_type = kDLCPU
     a._device.device_id = 0
-    a._flags = DLPACK_FLAG_BITMASK_READ_ONLY if owner.view.readonly else 0
+    a._flags = DLPACK_FLAG_BITMASK_READ_ONLY if view.readonly else 0
     a._base = owner
+    # The rules every DLTensor meets (extents, strides, byte span, NULL data
+    # only when empty), on the Array's description of the buffer.
+    cdef DLTensor described
+    _borrow_dltensor(a, &described)
+    try:
+        dlpack_check_tensor(&described, 0, False)
+    except BufferError as exc:
+        raise BufferError(f"the buffer of {type(obj).__name__} is refused: {exc}") from None
     return a
 
 
@@ -275,6 +341,8 @@ def inspect(obj):
             cap = _call_dlpack_versioned(obj)
         except TypeError:
             cap = obj.__dlpack__()
+        if not PyCapsule_CheckExact(cap):
+            raise TypeError(f"__dlpack__ returned {type(cap).__name__}, not a DLPack capsule")
     cdef const char* name = PyCapsule_GetName(cap)
     info = {"name": None if name == NULL else (<bytes>name).decode("utf-8", "replace")}
     cdef DLTensor* t = NULL

@@ -1,4 +1,6 @@
 # cython: language_level=3
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: dlpack-ref developers
 #
 # Cython declarations of include/dlpack.h (DLPack ABI 1.3).
 #

@@ -1,4 +1,6 @@
 # cython: language_level=3
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: dlpack-ref developers
 #
 # The Cython API of dlpack-ref: the checks every DLPack consumer must make,
 # and the export and import of capsules, as inline functions that another
@@ -88,19 +90,32 @@ cdef extern from *:
         dlpack_ref_api_release_block((PyObject*)self->manager_ctx, self);
     }
 
-    /* An unconsumed capsule still owns its tensor; a consumer renames it. */
+    /* An unconsumed capsule still owns its tensor; a consumer renames it.
+       Whoever destroys a capsule holds the GIL, so a block of ours is
+       released right here; a foreign deleter is called as it is. */
     static void dlpack_ref_api_destroy_versioned(PyObject* capsule) {
-        if (PyCapsule_IsValid(capsule, DLPACK_REF_CAPSULE_VERSIONED)) {
-            DLManagedTensorVersioned* m = (DLManagedTensorVersioned*)PyCapsule_GetPointer(
-                capsule, DLPACK_REF_CAPSULE_VERSIONED);
-            if (m->deleter) m->deleter(m);
+        const char* name = PyCapsule_GetName(capsule);
+        DLManagedTensorVersioned* m;
+        if (name == NULL || strcmp(name, DLPACK_REF_CAPSULE_VERSIONED) != 0) return;
+        m = (DLManagedTensorVersioned*)PyCapsule_GetPointer(capsule, name);
+        if (m->deleter == dlpack_ref_api_delete_versioned) {
+            Py_XDECREF((PyObject*)m->manager_ctx);
+            PyMem_Free(m);
+        } else if (m->deleter) {
+            m->deleter(m);
         }
     }
 
     static void dlpack_ref_api_destroy_legacy(PyObject* capsule) {
-        if (PyCapsule_IsValid(capsule, DLPACK_REF_CAPSULE_LEGACY)) {
-            DLManagedTensor* m = (DLManagedTensor*)PyCapsule_GetPointer(capsule, DLPACK_REF_CAPSULE_LEGACY);
-            if (m->deleter) m->deleter(m);
+        const char* name = PyCapsule_GetName(capsule);
+        DLManagedTensor* m;
+        if (name == NULL || strcmp(name, DLPACK_REF_CAPSULE_LEGACY) != 0) return;
+        m = (DLManagedTensor*)PyCapsule_GetPointer(capsule, name);
+        if (m->deleter == dlpack_ref_api_delete_legacy) {
+            Py_XDECREF((PyObject*)m->manager_ctx);
+            PyMem_Free(m);
+        } else if (m->deleter) {
+            m->deleter(m);
         }
     }
 
@@ -227,16 +242,19 @@ cdef inline int64_t dlpack_ref_element_count(const int64_t* shape, int32_t ndim)
 
 cdef inline int64_t dlpack_ref_span(const int64_t* shape, const int64_t* strides, int32_t ndim) noexcept nogil:
     """Elements between the first and the farthest element, sum |stride| *
-    (extent - 1), for a non-empty tensor; -1 when it overflows int64."""
+    (extent - 1), for a non-empty tensor; -1 when it overflows int64 or a
+    stride is INT64_MAX or INT64_MIN."""
     cdef int64_t span = 0
     cdef int64_t stride
     cdef int i
     for i in range(ndim):
+        stride = strides[i]
+        # The two extreme values cannot be negated or stepped over, whatever
+        # the extent: refused on every axis.
+        if stride == INT64_MAX or stride < -INT64_MAX:
+            return -1
         if shape[i] <= 1:
             continue
-        stride = strides[i]
-        if stride < -INT64_MAX:
-            return -1
         if stride < 0:
             stride = -stride
         if stride and shape[i] - 1 > (INT64_MAX - span) // stride:
@@ -477,15 +495,34 @@ cdef inline int dlpack_ref_take(object capsule, DLPackRefTensor* out) except -1:
     return dlpack_ref_adopt(managed, versioned, out)
 
 
+cdef inline bint _dlpack_ref_dunder_overridden(object tp):
+    """Whether a class of tp's MRO defines ``__dlpack__`` before (below) the
+    one that publishes ``__dlpack_c_exchange_api__``."""
+    for cls in getattr(tp, "__mro__", ()):
+        namespace = getattr(cls, "__dict__", None)
+        if namespace is None:
+            continue
+        if "__dlpack_c_exchange_api__" in namespace:
+            return False
+        if "__dlpack__" in namespace:
+            return True
+    return False
+
+
 cdef inline const DLPackExchangeAPI* dlpack_ref_exchange_api(object tp) except? NULL:
     """The DLPack 1.x exchange table a type publishes as
     ``__dlpack_c_exchange_api__`` (following ``prev_api`` from another major
     version, at most DLPACK_REF_MAX_API_CHAIN links: a longer chain is taken
     as a cycle), or NULL when it has none usable. Any error reading the
     attribute also means "none": the caller falls back to ``__dlpack__``.
+    The table stands in for ``__dlpack__``, so it is not used when a class
+    below the one that publishes it in ``tp.__mro__`` defines ``__dlpack__``:
+    a subclass that overrides ``__dlpack__`` gets its override called.
     Not cached: callers on a hot path keep the result per type."""
     try:
         cap = getattr(tp, "__dlpack_c_exchange_api__", None)
+        if cap is not None and _dlpack_ref_dunder_overridden(tp):
+            return NULL
     except Exception:
         return NULL
     if cap is None or not PyCapsule_IsValid(cap, DLPACK_REF_CAPSULE_EXCHANGE_API):

@@ -288,9 +288,9 @@ def _get_writable_buffer(obj):
     """PyObject_GetBuffer(obj, PyBUF_WRITABLE) called directly: CPython's own
     'w*' argument parsers turn the exporter's BufferError into a TypeError."""
     import ctypes
-    from dlpack_ref.testing import _c_api
-    get = _c_api("PyObject_GetBuffer", ctypes.c_int, ctypes.py_object, ctypes.c_void_p, ctypes.c_int)
-    release = _c_api("PyBuffer_Release", None, ctypes.c_void_p)
+    from dlpack_ref.testing import c_api
+    get = c_api("PyObject_GetBuffer", ctypes.c_int, ctypes.py_object, ctypes.c_void_p, ctypes.c_int)
+    release = c_api("PyBuffer_Release", None, ctypes.c_void_p)
     view = (ctypes.c_char * 256)()  # larger than any Py_buffer
     get(obj, ctypes.addressof(view), 0x0001)  # PyBUF_WRITABLE
     release(ctypes.addressof(view))
@@ -458,3 +458,14 @@ def test_array_cannot_be_constructed_or_pickled():
     import pickle
     with pytest.raises(TypeError, match="Array does not pickle"):
         pickle.dumps(dr.zeros(2))
+
+
+def test_array_claims_no_array_api_namespace():
+    """dlpack_ref is not an array API namespace, so the Array does not claim one
+    (array-api-compat is the oracle of what claiming means)."""
+    compat = pytest.importorskip("array_api_compat")
+    a = dr.zeros(3)
+    assert not hasattr(a, "__array_namespace__")
+    assert not compat.is_array_api_obj(a)
+    with pytest.raises(TypeError):
+        compat.array_namespace(a)

@@ -4,49 +4,26 @@ installed package and exchanges arrays with dlpack-ref, NumPy and PyTorch
 in both directions."""
 
 import gc
-import importlib.util
 import os
-import shutil
-import subprocess
 import sys
-import sysconfig
 
 import numpy as np
 import pytest
 
 import dlpack_ref
 from dlpack_ref.testing import capsule_name
+from support.build_ext import build_api_demo
 
-EXT_SOURCE = os.path.join(os.path.dirname(__file__), "cython_api_ext", "api_demo.pyx")
 
 
 @pytest.fixture(scope="module")
 def ext(tmp_path_factory):
-    """api_demo compiled with cython + the C compiler Python was built with,
-    with nothing but dlpack_ref.get_include() on the include paths."""
-    pytest.importorskip("Cython")
-    cc = (sysconfig.get_config_var("CC") or "cc").split()
-    if shutil.which(cc[0]) is None:
-        pytest.skip(f"no C compiler ({cc[0]})")
-    build = tmp_path_factory.mktemp("cython_api")
-    pyx = build / "api_demo.pyx"
-    shutil.copy(EXT_SOURCE, pyx)
-    include = dlpack_ref.get_include()
-    c_file = build / "api_demo.c"
-    subprocess.run([sys.executable, "-m", "cython", "-3", "-I", include, str(pyx), "-o", str(c_file)],
-                   check=True, capture_output=True, text=True)
-    so = build / ("api_demo" + sysconfig.get_config_var("EXT_SUFFIX"))
-    subprocess.run([*cc, "-shared", "-fPIC", "-O1", "-I", sysconfig.get_paths()["include"], "-I", include,
-                    str(c_file), "-o", str(so)], check=True, capture_output=True, text=True)
-    spec = importlib.util.spec_from_file_location("api_demo", so)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return build_api_demo(tmp_path_factory.mktemp("cython_api"))
 
 
 def test_get_include_ships_the_header_and_both_pxd_files():
     names = set(os.listdir(dlpack_ref.get_include()))
-    assert {"dlpack.h", "dlpack.pxd", "dlpack_ref_api.pxd"} <= names
+    assert {"dlpack.h", "dlpack.pxd", "dlpack_ref_api.pxd", "dlpack_ref_tables.h"} <= names
 
 
 # --- export: the extension's memory into other libraries ---------------------
@@ -131,13 +108,24 @@ def test_import_walks_strides_of_any_producer(ext, make):
 def test_import_of_a_torch_tensor_uses_its_table(ext):
     torch = pytest.importorskip("torch")
 
-    class NoDunder(torch.Tensor):
-        def __dlpack__(self, *args, **kwargs):
-            raise AssertionError("__dlpack__ was called")
+    class Plain(torch.Tensor):
+        pass
 
-    t = torch.arange(6, dtype=torch.float64).reshape(2, 3).as_subclass(NoDunder)
+    t = torch.arange(6, dtype=torch.float64).reshape(2, 3).as_subclass(Plain)
     assert ext.total(t) == 15
     assert ext.describe(t)[0] == t.data_ptr()
+
+
+def test_import_calls_an_override_of_dunder_dlpack_instead_of_the_table(ext):
+    torch = pytest.importorskip("torch")
+
+    class Refusing(torch.Tensor):
+        def __dlpack__(self, *args, **kwargs):
+            raise BufferError("refused by the override")
+
+    t = torch.arange(3, dtype=torch.float64).as_subclass(Refusing)
+    with pytest.raises(BufferError, match="refused by the override"):
+        ext.total(t)
 
 
 def test_to_array_hands_the_tensor_to_dlpack_ref(ext):

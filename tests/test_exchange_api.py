@@ -13,33 +13,21 @@ import pytest
 import dlpack_ref
 from dlpack_ref import Array
 from dlpack_ref.testing import (
-    NAME_USED_VERSIONED, NAME_VERSIONED, DLManagedTensorVersioned, DLPackExchangeAPI, DLPackExchangeAPIHeader,
-    DLTensor, _c_api, capsule_name,
+    ALLOCATOR_T, DELETER_T, FROM_PY_T, NAME_EXCHANGE_API, NAME_USED_VERSIONED, NAME_VERSIONED, SET_ERROR_T, STREAM_T,
+    TO_PY_T, VIEW_T, DLManagedTensorVersioned, DLPackExchangeAPI, DLPackExchangeAPIHeader, DLTensor, c_api,
+    capsule_name,
 )
 
-NAME_EXCHANGE_API = b"dlpack_exchange_api"
 READ_ONLY, IS_COPIED, SUBBYTE_PADDED = 1, 2, 4
 KDLCPU, KDLOPENCL = 1, 4
 
-
-# The allocator reports errors through SetError and takes the GIL itself
-# (CFUNCTYPE releases it for the call); the other four run with the GIL held
-# and report a Python exception (PYFUNCTYPE keeps the GIL and raises it).
-SET_ERROR_T = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p)
-ALLOCATOR_T = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(DLTensor), ctypes.POINTER(ctypes.c_void_p),
-                               ctypes.c_void_p, SET_ERROR_T)
-FROM_PY_T = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p))
-TO_PY_T = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p))
-VIEW_T = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(DLTensor))
-STREAM_T = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_int32, ctypes.c_int32, ctypes.POINTER(ctypes.c_void_p))
 # A table function written in Python (a callback C calls with the GIL held).
 FROM_PY_CALLBACK_T = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p))
-DELETER_T = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 
-_PyCapsule_GetPointer = _c_api("PyCapsule_GetPointer", ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)
-_PyCapsule_SetName = _c_api("PyCapsule_SetName", ctypes.c_int, ctypes.py_object, ctypes.c_char_p)
-_PyCapsule_New = _c_api("PyCapsule_New", ctypes.py_object, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p)
-_Py_DecRef = _c_api("Py_DecRef", None, ctypes.c_void_p)
+_PyCapsule_GetPointer = c_api("PyCapsule_GetPointer", ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)
+_PyCapsule_SetName = c_api("PyCapsule_SetName", ctypes.c_int, ctypes.py_object, ctypes.c_char_p)
+_PyCapsule_New = c_api("PyCapsule_New", ctypes.py_object, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p)
+_Py_DecRef = c_api("Py_DecRef", None, ctypes.c_void_p)
 
 
 def our_table() -> DLPackExchangeAPI:
@@ -379,11 +367,17 @@ def test_consumer_table_lookup_is_safe_from_many_threads():
     assert results == [inner.data_ptr] * 400 and table.calls == 400
 
 
-def test_an_error_of_the_table_propagates_unchanged():
-    # A type borrowing dlpack-ref's table for objects it cannot export.
+def test_an_error_of_the_table_gives_dunder_dlpacks_answer():
+    # A type borrowing dlpack-ref's table for objects it cannot export: the
+    # table's TypeError is dropped and __dlpack__ answers (tests/test_hostile.py
+    # has the other ways a table fails).
+    def refuse(self, **kwargs):
+        raise BufferError("refused by __dlpack__")
+
     cls = type("Borrower", (), {"__dlpack_c_exchange_api__": Array.__dlpack_c_exchange_api__,
-                                "__dlpack__": lambda self, **k: pytest.fail("__dlpack__ called")})
-    with pytest.raises(TypeError, match="exports Array objects, not Borrower"):
+                                "__dlpack__": refuse, "__dlpack_device__": lambda self: (1, 0)})
+    assert dlpack_ref.exchange_api_version(cls) == (1, 3)
+    with pytest.raises(BufferError, match="refused by __dlpack__"):
         dlpack_ref.from_dlpack(cls())
 
 
@@ -401,11 +395,23 @@ def test_torch_tensor_is_imported_through_torchs_table():
     torch = pytest.importorskip("torch")
     assert dlpack_ref.exchange_api_version(torch.Tensor) == (1, 3)
 
-    class NoDunder(torch.Tensor):
-        def __dlpack__(self, *args, **kwargs):
-            raise AssertionError("__dlpack__ was called")
+    calls = []
 
-    t = torch.arange(6, dtype=torch.float32).reshape(2, 3).as_subclass(NoDunder)
+    class Counting(torch.Tensor):
+        pass
+
+    original = torch.Tensor.__dlpack__
+    t = torch.arange(6, dtype=torch.float32).reshape(2, 3).as_subclass(Counting)
+    # The table, not __dlpack__, exports it: __dlpack__ is not called.
+    torch.Tensor.__dlpack__ = lambda self, *a, **k: calls.append(1) or original(self, *a, **k)
+    try:
+        assert dlpack_ref.exchange_api_version(Counting) == (1, 3)
+        a = dlpack_ref.from_dlpack(t)
+    finally:
+        torch.Tensor.__dlpack__ = original
+    assert calls == []
+    del a
+    gc.collect()
     refs = sys.getrefcount(t)
     a = dlpack_ref.from_dlpack(t)
     assert a.data_ptr == t.data_ptr() and a.shape == (2, 3) and a.strides == (3, 1)

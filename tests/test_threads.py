@@ -21,7 +21,8 @@ from dlpack_ref.testing import (
     NAME_USED_VERSIONED,
     NAME_VERSIONED,
     CapsuleFactory,
-    _c_api,
+    DELETER_T,
+    c_api,
     capsule_name,
     read_capsule,
 )
@@ -29,8 +30,7 @@ from dlpack_ref.testing import (
 N_THREADS = 8
 ROUNDS = 500
 
-_DELETER_T = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
-_SetName = _c_api("PyCapsule_SetName", ctypes.c_int, ctypes.py_object, ctypes.c_char_p)
+_SetName = c_api("PyCapsule_SetName", ctypes.c_int, ctypes.py_object, ctypes.c_char_p)
 # PyCapsule_SetName stores the pointer: the names must outlive the capsules.
 _USED_NAMES = {NAME_VERSIONED: ctypes.c_char_p(NAME_USED_VERSIONED),
                b"dltensor": ctypes.c_char_p(NAME_USED_LEGACY)}
@@ -117,7 +117,7 @@ def test_deleter_called_through_ctypes_without_the_gil(legacy):
     deleter, address = take_ownership(cap)
     del a, cap
     assert alive() is not None, "the export must keep the Array alive"
-    t = threading.Thread(target=_DELETER_T(deleter), args=(address,))
+    t = threading.Thread(target=DELETER_T(deleter), args=(address,))
     t.start()
     t.join()
     assert alive() is None, "the deleter did not release the exported Array"
@@ -131,7 +131,7 @@ def test_deleter_called_concurrently_from_8_threads_without_the_gil():
 
     def release(chunk):
         for deleter, address in chunk:
-            _DELETER_T(deleter)(address)
+            DELETER_T(deleter)(address)
 
     threads = [threading.Thread(target=release, args=(owned[i::N_THREADS],)) for i in range(N_THREADS)]
     for t in threads:
@@ -182,7 +182,7 @@ def test_imported_foreign_tensor_released_from_another_thread():
     deleter, address = take_ownership(inner.__dlpack__(max_version=(1, 3)))
     del inner
     assert f.deleter_calls == 0
-    t = threading.Thread(target=_DELETER_T(deleter), args=(address,))
+    t = threading.Thread(target=DELETER_T(deleter), args=(address,))
     t.start()
     t.join()
     assert f.deleter_calls == 1 and f.live == 0

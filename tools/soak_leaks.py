@@ -73,6 +73,21 @@ def workloads():
             lambda src: dlpack_ref.from_dlpack(np.from_dlpack(src)),
             lambda obj: obj.data_ptr,
         ))
+        # The buffer protocol both ways: asarray's checked buffer import, and
+        # the Array's own export read back by NumPy.
+        out.append((
+            "numpy->buffer->Array->buffer->numpy",
+            lambda: np.arange(64, dtype=np.float32).reshape(8, 8)[:, ::2],
+            lambda src: np.asarray(memoryview(dlpack_ref.asarray(memoryview(src)))),
+            lambda obj: obj.__array_interface__["data"][0],
+        ))
+    # Assignment from an overlapping view of itself: a temporary every time.
+    out.append((
+        "Array[...]=Array[::-1] (overlap)",
+        lambda: dlpack_ref.zeros((8, 8), dtype="float32"),
+        _assign_reversed,
+        lambda obj: obj.data_ptr,
+    ))
     out.append((
         "Array->capsule(versioned)->Array",
         lambda: dlpack_ref.zeros((8, 8), dtype="float32"),
@@ -107,6 +122,11 @@ def workloads():
             lambda obj: obj.data_ptr,
         ))
     return out
+
+
+def _assign_reversed(a):
+    a[...] = a[::-1]
+    return a
 
 
 @dataclass

@@ -14,8 +14,7 @@ from __future__ import annotations
 
 import threading
 
-LEGACY_STREAM = 1        # CU_STREAM_LEGACY
-PER_THREAD_STREAM = 2    # CU_STREAM_PER_THREAD
+from ._streams import LEGACY_STREAM, PER_THREAD_STREAM
 
 # cuInit results that mean "the driver is there, but no usable device".
 _NO_DEVICE_RESULTS = {"CUDA_ERROR_NO_DEVICE", "CUDA_ERROR_INVALID_DEVICE"}
@@ -27,8 +26,11 @@ class CUDAUnavailableError(BufferError, RuntimeError):
     (DLPack's error for data it cannot move) and a RuntimeError."""
 
 
-class CUDAError(RuntimeError):
-    """A CUDA driver call failed; the message names the call and the result."""
+class CUDAError(BufferError, RuntimeError):
+    """A CUDA driver call failed; the message names the call and the result.
+    A BufferError (DLPack's error for data that cannot be moved: a driver
+    that refuses a copy, e.g. of a tensor whose pointer is not what its
+    device says) and a RuntimeError."""
 
 
 def _result_name(result) -> str:
@@ -59,7 +61,7 @@ class Runtime:
         self._context_ints: dict[int, int] = {}     # device id -> int(CUcontext)
         self._device_of_context: dict[int, int] = {}  # int(CUcontext) -> device id
         self._lock = threading.Lock()
-        self._tls = threading.local()
+        self._spare_events: dict[int, list] = {}    # device id -> events free for reuse
 
     # --- contexts ---------------------------------------------------------
 
@@ -99,11 +101,13 @@ class Runtime:
             check(self.driver.cuCtxPopCurrent(), "cuCtxPopCurrent")
 
     def current_device(self) -> int:
-        """The device of the calling thread's current context; 0 when none
-        is current (what the CUDA runtime calls the current device)."""
+        """The device of the calling thread's current context; when none is
+        current, the lowest device whose primary context dlpack-ref already
+        retained (0 when none is): a process that uses only ``cuda:k`` never
+        creates a context on another GPU."""
         current = check(self.driver.cuCtxGetCurrent(), "cuCtxGetCurrent")
         if current is None or int(current) == 0:
-            return 0
+            return min(self._contexts, default=0)
         return self.device_of_context(current)
 
     def device_of_context(self, ctx) -> int:
@@ -136,52 +140,27 @@ class Runtime:
 
     # --- events ---------------------------------------------------------
 
-    def event_for(self, device_id: int, producer: int):
-        """A reusable event (timing disabled) in the context of stream
-        ``producer``; one per thread and context. Reuse is safe: a
-        cuStreamWaitEvent waits for the record made before it, whatever is
-        recorded on the event later."""
-        events = getattr(self._tls, "events", None)
-        if events is None:
-            events = self._tls.events = {}
-        d = self.driver
-        if producer <= PER_THREAD_STREAM:
-            ctx = self.context(device_id)
-        else:
-            ctx = check(d.cuStreamGetCtx(producer), "cuStreamGetCtx")
-        key = int(ctx)
-        ev = events.get(key)
-        if ev is None:
-            check(d.cuCtxPushCurrent(ctx), "cuCtxPushCurrent")
+    def take_event(self, device_id: int):
+        """An event (timing disabled) of ``device_id``'s primary context:
+        one returned by ``give_event`` when there is one, else a new one."""
+        spare = self._spare_events.get(device_id)
+        if spare:
             try:
-                ev = check(d.cuEventCreate(int(d.CUevent_flags.CU_EVENT_DISABLE_TIMING)), "cuEventCreate")
-            finally:
-                check(d.cuCtxPopCurrent(), "cuCtxPopCurrent")
-            events[key] = ev
-        return ev
-
-    def order(self, waiter: int, waiter_device: int, producer: int, producer_device: int) -> None:
-        """Make stream ``waiter`` wait for the work enqueued so far on stream
-        ``producer``: an event recorded on the producer, waited on by the
-        waiter. Never a host or device-wide synchronization. Default-stream
-        handles (1, 2) are resolved on the device given with them."""
-        if waiter == producer and (waiter > PER_THREAD_STREAM or waiter_device == producer_device):
-            return
+                return spare.pop()
+            except IndexError:
+                pass
         d = self.driver
-        pushed = self.enter(producer_device)
+        pushed = self.enter(device_id)
         try:
-            ev = self.event_for(producer_device, producer)
-            check(d.cuEventRecord(ev, producer), "cuEventRecord")
-            if waiter_device == producer_device or waiter > PER_THREAD_STREAM:
-                check(d.cuStreamWaitEvent(waiter, ev, 0), "cuStreamWaitEvent")
-                return
+            return check(d.cuEventCreate(int(d.CUevent_flags.CU_EVENT_DISABLE_TIMING)), "cuEventCreate")
         finally:
             self.leave(pushed)
-        pushed = self.enter(waiter_device)
-        try:
-            check(d.cuStreamWaitEvent(waiter, ev, 0), "cuStreamWaitEvent")
-        finally:
-            self.leave(pushed)
+
+    def give_event(self, device_id: int, event) -> None:
+        """Keep an event no record needs any more for reuse. Reuse is safe:
+        a cuStreamWaitEvent waits for the record made before it, whatever
+        is recorded on the event later."""
+        self._spare_events.setdefault(device_id, []).append(event)
 
     def synchronize(self, handle: int, device_id: int) -> None:
         """Block the host until stream ``handle`` (of ``device_id`` when it

@@ -1,18 +1,41 @@
 """CUDA memory: allocations owned by Arrays, copies between any two of
 CPU, CUDA (same device or peer), CPU_PINNED and CUDA_MANAGED memory, and
 memset. Copies are enqueued on one stream, after the work pending on the
-source; see docs/cuda.md for the table."""
+source; see docs/cuda.md for the table.
+
+The core describes each side of a copy as a ``Block`` (pointer, device,
+pending-work record, byte strides, contiguity): nothing here reads an
+Array.
+"""
 
 from __future__ import annotations
 
 import ctypes
 import itertools
+from typing import NamedTuple
 
-from ._cuda_driver import LEGACY_STREAM, PER_THREAD_STREAM, check, runtime
-from ._cuda_streams import NO_SYNC, normalize, stream_handle
+from ._cuda_driver import LEGACY_STREAM, check, runtime
+from ._cuda_streams import PendingWork
+from ._devices import CUDA_DEVICE_BOUND, SUPPORTED, DeviceType
+from ._streams import NO_SYNC, stream_handle
 
-CPU, CUDA, CPU_PINNED, CUDA_MANAGED = 1, 2, 3, 13
-_HOST_TYPES = (CPU, CPU_PINNED)
+# Pitches of cuMemcpy2D are limited by CU_DEVICE_ATTRIBUTE_MAX_PITCH, which
+# is 2**31 - 1 on every GPU so far.
+MAX_PITCH = 2**31 - 1
+
+_HOST = SUPPORTED - CUDA_DEVICE_BOUND   # memory the driver calls host memory
+
+
+class Block(NamedTuple):
+    """One side of a copy. ``work``: the memory's pending-work record
+    (None for CPU memory); ``byte_strides``: per dimension, in bytes."""
+
+    ptr: int
+    device_type: int
+    device_id: int
+    work: PendingWork | None
+    byte_strides: tuple
+    c_contiguous: bool
 
 
 class DeviceMemory:
@@ -22,13 +45,15 @@ class DeviceMemory:
     runs (everything it needs is held here) or, if the driver is already
     gone, is skipped: the process is ending."""
 
-    __slots__ = ("ptr", "nbytes", "kind", "device_id", "_driver", "_context")
+    __slots__ = ("ptr", "nbytes", "kind", "device_id", "work", "_driver", "_context")
 
     def __init__(self, ptr: int, nbytes: int, kind: int, device_id: int, driver, context):
         self.ptr = ptr
         self.nbytes = nbytes
         self.kind = kind
         self.device_id = device_id
+        #: The pending-work record of this memory, shared by every Array on it.
+        self.work = PendingWork()
         self._driver = driver
         self._context = context
 
@@ -38,10 +63,15 @@ class DeviceMemory:
             return
         d = self._driver
         try:
-            # cuMemFree/cuMemFreeHost wait for work still using the memory.
+            # cuMemFree "may" synchronize (cuda.h): wait for the last write
+            # and the copies reading it first, so none outlives the memory.
+            self.work.wait_unused()
+        except Exception:
+            pass
+        try:
             d.cuCtxPushCurrent(self._context)
             try:
-                if self.kind == CPU_PINNED:
+                if self.kind == DeviceType.CPU_PINNED:
                     d.cuMemFreeHost(ptr)
                 else:
                     d.cuMemFree(ptr)
@@ -58,20 +88,21 @@ def allocate(device, nbytes: int) -> DeviceMemory:
     """Memory for an Array on ``device`` (a Device of type CUDA,
     CUDA_MANAGED or CPU_PINNED): cuMemAlloc, cuMemAllocManaged (attached
     globally) or cuMemHostAlloc (portable: usable from every context).
-    Pinned memory is allocated in device 0's primary context."""
+    Pinned memory is allocated in the primary context of the current
+    device (see ``Runtime.current_device``), so no other GPU gets one."""
     rt = runtime()
     d = rt.driver
     kind = int(device.type)
-    dev = device.id if kind != CPU_PINNED else 0
+    dev = device.id if kind != DeviceType.CPU_PINNED else rt.current_device()
     size = max(int(nbytes), 1)
     pushed = rt.enter(dev)
     try:
-        if kind == CUDA:
+        if kind == DeviceType.CUDA:
             ptr = check(d.cuMemAlloc(size), "cuMemAlloc")
-        elif kind == CUDA_MANAGED:
+        elif kind == DeviceType.CUDA_MANAGED:
             ptr = check(d.cuMemAllocManaged(size, int(d.CUmemAttach_flags.CU_MEM_ATTACH_GLOBAL)),
                         "cuMemAllocManaged")
-        elif kind == CPU_PINNED:
+        elif kind == DeviceType.CPU_PINNED:
             ptr = check(d.cuMemHostAlloc(size, d.CU_MEMHOSTALLOC_PORTABLE), "cuMemHostAlloc")
         else:
             raise BufferError(f"dlpack-ref's CUDA layer cannot allocate memory on {device}")
@@ -88,8 +119,8 @@ def plan_copy(shape, dst_strides, src_strides, itemsize):
     addresses: ``("1d", dst_off, src_off, nbytes)`` or ``("2d", dst_off,
     dst_pitch, src_off, src_pitch, width, height)``. Dimensions dense on
     both sides merge into one row; the next dimension becomes the rows of a
-    2-D copy when both pitches are at least a row; what remains is looped
-    over, in C order of the destination."""
+    2-D copy when both pitches are at least a row and at most MAX_PITCH;
+    what remains is looped over, in C order of the destination."""
     dims = [(n, d, s) for n, d, s in zip(shape, dst_strides, src_strides) if n != 1]
     if any(n == 0 for n, _, _ in dims):
         return []
@@ -107,7 +138,7 @@ def plan_copy(shape, dst_strides, src_strides, itemsize):
     if not outer:
         return [("1d", 0, 0, width)]
     height, dst_pitch, src_pitch = outer[0]
-    two_d = dst_pitch >= width and src_pitch >= width
+    two_d = width <= dst_pitch <= MAX_PITCH and width <= src_pitch <= MAX_PITCH
     loop = outer[1:] if two_d else outer
     loop = loop[::-1]  # outer to inner
     ops = []
@@ -123,39 +154,23 @@ def plan_copy(shape, dst_strides, src_strides, itemsize):
     return ops
 
 
-def _cuda_device(a):
-    """The CUDA device whose streams order `a`'s memory; None for host
-    memory (CPU, and CPU_PINNED, which every device reaches)."""
-    dev = a.device
-    return dev.id if dev.type == CUDA or dev.type == CUDA_MANAGED else None
+def _gpu(block: Block):
+    """The CUDA device whose streams order the block; None for host memory
+    (CPU, and CPU_PINNED, which every device reaches)."""
+    return block.device_id if block.device_type in CUDA_DEVICE_BOUND else None
 
 
-def _byte_strides(a, itemsize):
-    return [s * itemsize for s in a.strides]
-
-
-def _is_c_contiguous(a) -> bool:
-    expected = 1
-    for n, s in zip(reversed(a.shape), reversed(a.strides)):
-        if n == 0:
-            return True
-        if n != 1 and s != expected:
-            return False
-        expected *= n
-    return True
-
-
-def _memory_type(d, a):
-    t = a.device.type
-    if t in _HOST_TYPES:
+def _memory_type(d, block: Block):
+    t = block.device_type
+    if t in _HOST:
         return d.CUmemorytype.CU_MEMORYTYPE_HOST
-    if t == CUDA:
+    if t == DeviceType.CUDA:
         return d.CUmemorytype.CU_MEMORYTYPE_DEVICE
     return d.CUmemorytype.CU_MEMORYTYPE_UNIFIED
 
 
-def _issue(d, ops, dst, src, stream):
-    dptr, sptr = dst.data_ptr, src.data_ptr
+def _issue(d, ops, dst: Block, src: Block, stream):
+    dptr, sptr = dst.ptr, src.ptr
     if any(op[0] == "2d" for op in ops):
         dtype, stype = _memory_type(d, dst), _memory_type(d, src)
     for op in ops:
@@ -182,91 +197,94 @@ def _issue(d, ops, dst, src, stream):
         check(d.cuMemcpy2DAsync(p, stream), "cuMemcpy2DAsync")
 
 
-def copy_array(dst, src, stream, *, dst_is_new: bool = True) -> None:
-    """Copy ``src`` into ``dst`` (same shape and dtype; any devices of the
-    CUDA family or CPU; any strides).
+def copy_array(dst: Block, src: Block, shape, itemsize: int, nbytes: int, stream, *,
+               dst_is_new: bool = True) -> None:
+    """Copy ``src`` into ``dst`` (same ``shape``; any devices of the CUDA
+    family or CPU; any strides).
 
-    The copy runs on the consumer's stream (``stream`` as DLPack spells
-    it; None is the legacy default stream) after that stream has waited
-    for the work pending on ``src`` (and on ``dst`` unless it is new). With
-    ``stream=-1`` the copy runs on the source's own stream and nothing
-    waits. A copy into host memory (CPU, CPU_PINNED) with ``stream`` None
-    or -1 is complete on return: the copy's stream is synchronized, never
-    the device. With a stream, nothing blocks.
+    Parameters
+    ----------
+    dst, src
+        The two sides; a strided pageable-host source is best gathered on
+        the host first (one transfer instead of many).
+    shape
+        The elements per dimension.
+    itemsize
+        Bytes per element; 0 for packed sub-byte data, which must then be
+        C-contiguous on both sides and is copied as ``nbytes`` bytes.
+    nbytes
+        The bytes of packed sub-byte data (ignored otherwise).
+    stream
+        The consumer's stream as DLPack spells it. The copy runs on it
+        (None and -1: the legacy default stream of the source's device, or
+        of the target's for a copy from the host) after that stream has
+        waited for the work pending on ``src`` (and on ``dst`` unless
+        ``dst_is_new``). It becomes the destination's last write.
+    dst_is_new
+        Whether ``dst`` was just allocated (nothing to wait for).
+
+    Raises
+    ------
+    BufferError
+        Strided packed sub-byte data.
+
+    A copy into host memory (CPU, CPU_PINNED) with ``stream`` None or -1
+    is complete on return: the copy's stream is synchronized, never the
+    device. With a stream, nothing blocks.
     """
     rt = runtime()
     d = rt.driver
     handle = stream_handle(stream)
-    src_dev = _cuda_device(src)
-    dst_dev = _cuda_device(dst)
-    home = src_dev if src_dev is not None else dst_dev
+    home = _gpu(src)
+    if home is None:
+        home = _gpu(dst)
     if home is None:
         home = rt.current_device()
-    if handle == NO_SYNC:
-        s = normalize(src._stream if src_dev is not None or dst_dev is None else dst._stream)
-    else:
-        s = handle
+    s = LEGACY_STREAM if handle == NO_SYNC else handle
     s_dev = rt.stream_device(s, home)
-    if handle != NO_SYNC:
-        if src_dev is not None or src.device.type == CPU_PINNED:
-            rt.order(s, s_dev, normalize(src._stream), src_dev if src_dev is not None else s_dev)
-        if not dst_is_new and (dst_dev is not None or dst.device.type == CPU_PINNED):
-            rt.order(s, s_dev, normalize(dst._stream), dst_dev if dst_dev is not None else s_dev)
+    if src.work is not None:
+        src.work.order_before(s, s_dev)
+    if not dst_is_new and dst.work is not None:
+        dst.work.order_before(s, s_dev)
 
-    bits = src.dtype.bits * src.dtype.lanes
-    itemsize = src.itemsize
     if itemsize == 0:
-        if not (_is_c_contiguous(src) and _is_c_contiguous(dst)):
-            raise BufferError(f"strided copies of packed sub-byte {src.dtype} data are not supported")
-        ops = [("1d", 0, 0, (src.size * bits + 7) // 8)] if src.size else []
+        if not (src.c_contiguous and dst.c_contiguous):
+            raise BufferError("strided copies of packed sub-byte data are not supported")
+        ops = [("1d", 0, 0, nbytes)] if nbytes else []
     else:
-        if src.device.type == CPU and dst.device.type != CPU and not _is_c_contiguous(src):
-            # Gather pageable host data on the host: one transfer instead of many.
-            src = src.copy()
-        ops = plan_copy(src.shape, _byte_strides(dst, itemsize), _byte_strides(src, itemsize), itemsize)
+        ops = plan_copy(shape, dst.byte_strides, src.byte_strides, itemsize)
 
     pushed = rt.enter(s_dev)
     try:
         _issue(d, ops, dst, src, s)
     finally:
         rt.leave(pushed)
+    if src.work is not None and ops:
+        src.work.record_use(s, s_dev)
 
-    if dst.device.type in _HOST_TYPES:
-        if handle == NO_SYNC or stream is None:
-            rt.synchronize(s, s_dev)
-        elif dst.device.type == CPU_PINNED:
-            dst._stream = 0 if s == LEGACY_STREAM else s
-    elif s > PER_THREAD_STREAM or dst_dev == s_dev:
-        dst._stream = 0 if s == LEGACY_STREAM else s
-    else:
-        # A default stream of another device cannot be named from dst's
-        # device: order dst's legacy default stream after the copy instead.
-        rt.order(LEGACY_STREAM, dst_dev, s, s_dev)
-        dst._stream = 0
+    if dst.device_type in _HOST and (stream is None or handle == NO_SYNC):
+        rt.synchronize(s, s_dev)
+    elif dst.work is not None:
+        dst.work.record(s, s_dev)
 
 
-def memset(array, value: int, nbytes: int) -> None:
-    """Set the first ``nbytes`` bytes of a fresh C-contiguous Array to
-    ``value``, on the Array's stream (host memory: at once, on the host)."""
-    if array.device.type in _HOST_TYPES:
-        ctypes.memset(array.data_ptr, value, nbytes)
+def memset(ptr: int, device_type: int, device_id: int, work: PendingWork | None, value: int,
+           nbytes: int) -> None:
+    """Set ``nbytes`` bytes at ``ptr`` to ``value``: on the host for host
+    memory (after its pending work), else on the legacy default stream of
+    ``device_id`` after the pending work, which it then becomes."""
+    if device_type in _HOST:
+        if work is not None:
+            work.wait_on_host()
+        ctypes.memset(ptr, value, nbytes)
         return
     rt = runtime()
-    dev = _cuda_device(array)
-    pushed = rt.enter(dev)
+    if work is not None:
+        work.order_before(LEGACY_STREAM, device_id)
+    pushed = rt.enter(device_id)
     try:
-        check(rt.driver.cuMemsetD8Async(array.data_ptr, value, nbytes, normalize(array._stream)),
-              "cuMemsetD8Async")
+        check(rt.driver.cuMemsetD8Async(ptr, value, nbytes, LEGACY_STREAM), "cuMemsetD8Async")
     finally:
         rt.leave(pushed)
-
-
-def synchronize_for_host(array) -> None:
-    """Block until the work pending on the Array's stream is done, so that
-    the host can read its memory (pinned or managed): a stream sync."""
-    rt = runtime()
-    s = normalize(array._stream)
-    dev = _cuda_device(array)
-    if dev is None:
-        dev = rt.current_device()
-    rt.synchronize(s, rt.stream_device(s, dev))
+    if work is not None:
+        work.record(LEGACY_STREAM, device_id)

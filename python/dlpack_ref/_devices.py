@@ -7,6 +7,7 @@ from __future__ import annotations
 __all__ = ["DeviceType", "Device", "as_device", "C_ENUMERATORS", "SUPPORTED", "HOST_ACCESSIBLE", "CUDA_FAMILY", "CUDA_DEVICE_BOUND"]
 
 import enum
+import sys
 
 
 class DeviceType(enum.IntEnum):
@@ -132,9 +133,34 @@ class Device:
 
 
 def as_device(obj) -> Device:
-    """A Device from a Device, a string (``"cpu"``, ``"cuda:1"``,
-    ``"cuda_managed:0"``, ``"cpu_pinned"``), a ``(type, id)`` tuple, or any
-    object with ``__dlpack_device__`` (arrays and other libraries' devices)."""
+    """Resolve ``obj`` to a :class:`Device`.
+
+    Accepted, in this order: a Device; a string (``"cpu"``, ``"cuda:1"``,
+    ``"cuda_managed:0"``, ``"cpu_pinned"``); a ``(type, id)`` tuple; any object
+    with ``__dlpack_device__`` (arrays and other libraries' devices); a
+    ``torch.device`` (by its ``type`` and ``index``; no index means id 0, as
+    ``"cuda"`` does here); a JAX device (by its ``platform`` and
+    ``local_hardware_id``, else ``id``); the device object of any array API
+    library (array-api-strict's ``Device``, for one), as the
+    ``__dlpack_device__`` of an empty array that library makes on it. No
+    library is imported to interpret its objects.
+
+    Parameters
+    ----------
+    obj : object
+        The device to resolve.
+
+    Returns
+    -------
+    Device
+
+    Raises
+    ------
+    TypeError
+        When ``obj`` is none of the above.
+    ValueError
+        When it names a device DLPack 1.3 has no type for, or a malformed one.
+    """
     if isinstance(obj, Device):
         return obj
     if isinstance(obj, str):
@@ -152,7 +178,55 @@ def as_device(obj) -> Device:
         if not isinstance(t, tuple) or len(t) != 2:
             raise ValueError(f"__dlpack_device__() of {type(obj).__name__} returned {t!r}, not (type, id)")
         return Device(int(t[0]), int(t[1]))
+    foreign = _named_device(obj) or _array_api_device(obj)
+    if foreign is not None:
+        return foreign
     raise TypeError(
         f"cannot interpret {obj!r} (type {type(obj).__name__}) as a device; expected a Device, "
-        "a string such as 'cpu' or 'cuda:0', a (type, id) tuple or an object with __dlpack_device__"
+        "a string such as 'cpu' or 'cuda:0', a (type, id) tuple, an object with __dlpack_device__, "
+        "a torch or JAX device, or an array API library's device"
     )
+
+
+# Platform names other libraries give their devices, where they differ from
+# the DeviceType names (which are accepted too).
+_FOREIGN_PLATFORMS = {"mps": DeviceType.METAL, "xpu": DeviceType.ONE_API}
+_ABSENT = object()
+
+
+def _named_device(obj) -> Device | None:
+    """A torch.device (``type``, ``index``) or a JAX device (``platform``,
+    ``local_hardware_id``/``id``) by those documented attributes; None for
+    an object that has neither pair."""
+    kind, index = getattr(obj, "type", None), getattr(obj, "index", _ABSENT)
+    if isinstance(kind, str) and (index is None or (isinstance(index, int) and not isinstance(index, bool))):
+        # PyTorch's ROCm builds call HIP devices "cuda" and export them as ROCm.
+        torch = sys.modules.get("torch")
+        hip = kind == "cuda" and getattr(getattr(torch, "version", None), "hip", None)
+        return _platform_device(obj, "rocm" if hip else kind, index or 0)
+    platform, ident = getattr(obj, "platform", None), getattr(obj, "id", None)
+    if isinstance(platform, str) and isinstance(ident, int):
+        local = getattr(obj, "local_hardware_id", None)
+        version = str(getattr(getattr(obj, "client", None), "platform_version", "")).lower()
+        return _platform_device(obj, "rocm" if platform == "gpu" and "rocm" in version else platform,
+                                local if isinstance(local, int) else ident)
+    return None
+
+
+def _platform_device(obj, platform: str, ident: int) -> Device:
+    member = _FOREIGN_PLATFORMS.get(platform.lower()) or _BY_NAME.get(platform.lower())
+    if member is None:
+        raise ValueError(f"{obj!r} is a {platform!r} device, for which DLPack 1.3 has no device type")
+    return Device(member, ident)
+
+
+def _array_api_device(obj) -> Device | None:
+    """An array API library's device object, as the device of an empty array
+    the library makes there: the namespace is the already imported top-level
+    module of ``obj``'s type, and it must list ``obj`` among its
+    ``__array_namespace_info__().devices()``. None otherwise."""
+    namespace = sys.modules.get((type(obj).__module__ or "").partition(".")[0])
+    info = getattr(namespace, "__array_namespace_info__", None)
+    if info is None or not hasattr(namespace, "empty") or obj not in info().devices():
+        return None
+    return as_device(namespace.empty((0,), device=obj))

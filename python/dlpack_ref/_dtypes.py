@@ -90,45 +90,55 @@ class DType:
         return (as_dtype, (self.name,))
 
 
-# name, DLDataTypeCode, bits, lanes, array API kind, PEP 3118 format: the one
-# dtype table; every other dtype lookup (the core's, the buffer protocol's,
-# the conformance checker's) is derived from it.
-_SPECS = [
-    ("bool", 6, 8, 1, "bool", '?'),
-    ("int8", 0, 8, 1, "signed integer", 'b'),
-    ("int16", 0, 16, 1, "signed integer", 'h'),
-    ("int32", 0, 32, 1, "signed integer", 'i'),
-    ("int64", 0, 64, 1, "signed integer", 'q'),
-    ("uint8", 1, 8, 1, "unsigned integer", 'B'),
-    ("uint16", 1, 16, 1, "unsigned integer", 'H'),
-    ("uint32", 1, 32, 1, "unsigned integer", 'I'),
-    ("uint64", 1, 64, 1, "unsigned integer", 'Q'),
-    ("float16", 2, 16, 1, "real floating", 'e'),
-    ("float32", 2, 32, 1, "real floating", 'f'),
-    ("float64", 2, 64, 1, "real floating", 'd'),
-    ("bfloat16", 4, 16, 1, "real floating", None),
-    ("complex64", 5, 64, 1, "complex floating", 'Zf'),
-    ("complex128", 5, 128, 1, "complex floating", 'Zd'),
-    ("float8_e3m4", 7, 8, 1, "real floating", None),
-    ("float8_e4m3", 8, 8, 1, "real floating", None),
-    ("float8_e4m3b11fnuz", 9, 8, 1, "real floating", None),
-    ("float8_e4m3fn", 10, 8, 1, "real floating", None),
-    ("float8_e4m3fnuz", 11, 8, 1, "real floating", None),
-    ("float8_e5m2", 12, 8, 1, "real floating", None),
-    ("float8_e5m2fnuz", 13, 8, 1, "real floating", None),
-    ("float8_e8m0fnu", 14, 8, 1, "real floating", None),
-    ("float6_e2m3fn", 15, 6, 1, "real floating", None),
-    ("float6_e3m2fn", 16, 6, 1, "real floating", None),
-    ("float4_e2m1fn", 17, 4, 1, "real floating", None),
-    # PyTorch's float4_e2m1fn_x2: one byte holding two float4 values, which
-    # PyTorch exports as lanes=2.
-    ("float4_e2m1fn_x2", 17, 4, 2, "real floating", None),
-]
+# The one dtype table: name, DLDataTypeCode, bits, lanes, array API kind and
+# PEP 3118 buffer format ("-": none). Every other dtype lookup (the core's C
+# checks and buffer formats, generated at build time by tools/gen_tables.py;
+# NumPy's; the conformance checker's) is derived from it. float4_e2m1fn_x2
+# is PyTorch's: one byte holding two float4 values, exported as lanes=2.
+_TABLE = """
+bool                    6     8      1  bool     ?
+int8                    0     8      1  int      b
+int16                   0    16      1  int      h
+int32                   0    32      1  int      i
+int64                   0    64      1  int      q
+uint8                   1     8      1  uint     B
+uint16                  1    16      1  uint     H
+uint32                  1    32      1  uint     I
+uint64                  1    64      1  uint     Q
+float16                 2    16      1  real     e
+float32                 2    32      1  real     f
+float64                 2    64      1  real     d
+bfloat16                4    16      1  real     -
+complex64               5    64      1  complex  Zf
+complex128              5   128      1  complex  Zd
+float8_e3m4             7     8      1  real     -
+float8_e4m3             8     8      1  real     -
+float8_e4m3b11fnuz      9     8      1  real     -
+float8_e4m3fn          10     8      1  real     -
+float8_e4m3fnuz        11     8      1  real     -
+float8_e5m2            12     8      1  real     -
+float8_e5m2fnuz        13     8      1  real     -
+float8_e8m0fnu         14     8      1  real     -
+float6_e2m3fn          15     6      1  real     -
+float6_e3m2fn          16     6      1  real     -
+float4_e2m1fn          17     4      1  real     -
+float4_e2m1fn_x2       17     4      2  real     -
+"""
+
+_KINDS = {"bool": "bool", "int": "signed integer", "uint": "unsigned integer",
+          "real": "real floating", "complex": "complex floating"}
+
+
+def _rows():
+    for line in _TABLE.strip().splitlines():
+        name, code, bits, lanes, kind, fmt = line.split()
+        yield name, int(code), int(bits), int(lanes), _KINDS[kind], None if fmt == "-" else fmt
+
 
 #: name -> DType, every type dlpack-ref knows.
 DTYPES: dict[str, DType] = {}
 _BY_TRIPLE: dict[tuple[int, int, int], DType] = {}
-for _name, _code, _bits, _lanes, _kind, _format in _SPECS:
+for _name, _code, _bits, _lanes, _kind, _format in _rows():
     _dt = DType(_name, _code, _bits, _lanes, _kind, _format)
     DTYPES[_name] = _dt
     _BY_TRIPLE[(_code, _bits, _lanes)] = _dt
@@ -176,10 +186,28 @@ def as_dtype(obj) -> DType:
 
     Accepted, in this order: a DType; anything with ``__dlpack_data_type__``;
     a NumPy dtype, scalar type or anything ``numpy.dtype`` understands (only
-    when NumPy is already imported); ml_dtypes types (by name); torch dtypes
-    (by name, torch is never imported here); a name such as ``"float32"`` or
-    ``"bfloat16"``; the Python types ``bool``, ``int``, ``float``, ``complex``.
-    TypeError for anything else.
+    when NumPy is already imported), which covers ml_dtypes and JAX types;
+    torch dtypes (by name, torch is never imported here); the dtype objects of
+    any array API library (array-api-strict's, for one), by the name its
+    ``__array_namespace_info__().dtypes()`` gives them; a name such as
+    ``"float32"`` or ``"bfloat16"``; the Python types ``bool``, ``int``,
+    ``float``, ``complex``. No library is imported to interpret its objects.
+
+    Parameters
+    ----------
+    obj : object
+        The dtype to resolve.
+
+    Returns
+    -------
+    DType
+
+    Raises
+    ------
+    TypeError
+        When ``obj`` is none of the above, or names a type DLPack cannot describe.
+    ValueError
+        When ``__dlpack_data_type__`` returns no DLPack 1.3 type.
     """
     if isinstance(obj, DType):
         return obj
@@ -212,10 +240,13 @@ def as_dtype(obj) -> DType:
     np_dt = _numpy_dtype(obj)
     if np_dt is not None:
         return np_dt
+    api_dt = _array_api_dtype(obj)
+    if api_dt is not None:
+        return api_dt
     raise TypeError(
         f"cannot interpret {obj!r} (type {type(obj).__name__}) as a dtype; expected a "
-        "dlpack_ref dtype, an object with __dlpack_data_type__, a NumPy, ml_dtypes or "
-        "torch dtype, or a name such as 'float32'"
+        "dlpack_ref dtype, an object with __dlpack_data_type__, a NumPy, ml_dtypes, JAX, "
+        "torch or array API library dtype, or a name such as 'float32'"
     )
 
 
@@ -238,3 +269,21 @@ def _numpy_dtype(obj) -> DType | None:
     if dt is not None:
         return dt
     raise TypeError(f"NumPy dtype {npdt!r} has no DLPack equivalent")
+
+
+def _array_api_dtype(obj) -> DType | None:
+    """The dtype of an array API library by the name that library gives it:
+    the namespace is the already imported top-level module of ``obj``'s type,
+    and its inspection API (``__array_namespace_info__().dtypes()``) maps names
+    to dtype objects. None when ``obj`` comes from no such namespace."""
+    namespace = sys.modules.get((type(obj).__module__ or "").partition(".")[0])
+    info = getattr(namespace, "__array_namespace_info__", None)
+    if info is None:
+        return None
+    for name, candidate in info().dtypes().items():
+        if candidate is obj or (type(candidate) is type(obj) and candidate == obj):
+            dt = _from_name(name)
+            if dt is None:
+                raise TypeError(f"{obj!r} ({name}) has no DLPack equivalent in dlpack-ref")
+            return dt
+    return None

@@ -3,17 +3,24 @@ pinned memory, stream-ordered synchronization and cross-device copies.
 
 Public: ``stream`` (set the consumer's current stream), ``is_available``,
 ``CUDAUnavailableError``, ``CUDAError``. The rest of this module is the
-interface the Cython core calls (documented in docs/cuda.md):
+interface the Cython core calls (documented in docs/cuda.md). The core
+passes what each call needs (pointers, devices, strides and the memory's
+``PendingWork`` record, shared by an Array and all its views); nothing
+here reads an Array:
 
 - ``require()``: raise CUDAUnavailableError naming what is missing;
-- ``allocate(device, nbytes) -> owner`` with ``.ptr``, freed exactly once;
-- ``copy_array(dst, src, stream, *, dst_is_new=True)``;
-- ``export_sync(array, stream)``: order the consumer's stream after the
-  array's stream (event record + wait);
+- ``allocate(device, nbytes) -> owner`` with ``.ptr`` and ``.work``, freed
+  exactly once;
+- ``copy_array(dst, src, shape, itemsize, nbytes, stream, *, dst_is_new)``
+  with two ``Block`` descriptions, and ``memset(...)``;
+- ``export_sync(work, device_type, device_id, stream)``: what ``__dlpack__``
+  does for the consumer's stream;
+- ``host_wait(work)``: before the host reads pinned or managed memory;
+- ``imported(work, device_id, stream)``: a producer ordered its data on
+  ``stream``;
 - ``consumer_stream_for(source, target)``: the stream from_dlpack passes;
-- ``current_stream_handle(device_id)``: for the C exchange API;
-- ``wait_for_producer(array, producer_stream)``: exchange-API imports;
-- ``synchronize_for_host(array)`` and ``memset(array, value, nbytes)``.
+- the exchange API: ``current_stream_handle(device_id)``,
+  ``export_no_sync``, ``record_current``, ``wait_for_producer``.
 
 Importing this module needs neither cuda-python nor a driver; the first
 CUDA request loads them.
@@ -21,13 +28,14 @@ CUDA request loads them.
 
 from __future__ import annotations
 
-from ._cuda_driver import CUDAError, CUDAUnavailableError, LEGACY_STREAM, runtime
-from ._cuda_memory import allocate, copy_array, memset, synchronize_for_host
-from ._cuda_streams import NO_SYNC, current_stream, normalize, stream, stream_handle
+from ._cuda_driver import CUDAError, CUDAUnavailableError, runtime
+from ._cuda_memory import Block, allocate, copy_array, memset
+from ._cuda_streams import PendingWork, current_stream, stream
+from ._devices import CUDA_DEVICE_BOUND, HOST_ACCESSIBLE
+from ._streams import LEGACY_STREAM, NO_SYNC, PER_THREAD_STREAM, stream_handle
 
 __all__ = ["CUDAError", "CUDAUnavailableError", "is_available", "stream"]
 
-_CUDA_DEVICE_TYPES = (2, 13)  # CUDA, CUDA_MANAGED: memory with a device id
 
 
 def require() -> None:
@@ -45,31 +53,55 @@ def is_available() -> bool:
     return True
 
 
-def _array_device(array, handle: int, rt) -> int:
-    """The device whose default streams the stream values for `array` name:
-    its own device, or for pinned memory the stream's device (a handle) or
-    the current device (a default stream)."""
-    dev = array.device
-    if dev.type in _CUDA_DEVICE_TYPES:
-        return dev.id
-    return rt.stream_device(handle, 0) if handle > 2 else rt.current_device()
+def _waiter_device(device_type: int, device_id: int, handle: int, rt) -> int:
+    """The device whose default streams 1 and 2 name for memory on
+    ``(device_type, device_id)``: its own GPU, or for pinned memory the
+    current device (DLPack: the consumer's stream is current there)."""
+    if device_type in CUDA_DEVICE_BOUND:
+        return device_id
+    return rt.stream_device(handle, 0) if handle > PER_THREAD_STREAM else rt.current_device()
 
 
-def export_sync(array, stream) -> None:
-    """Make the consumer's ``stream`` wait for the work pending on the
-    array's stream: an event recorded on ``array._stream`` and waited on by
-    the consumer's stream; nothing when they are the same stream or when
-    ``stream`` is -1. Never blocks the host, never syncs the device."""
+def export_sync(work: PendingWork, device_type: int, device_id: int, stream) -> None:
+    """Order the consumer's ``stream`` after the memory's pending work.
+
+    Parameters
+    ----------
+    work
+        The memory's pending-work record.
+    device_type, device_id
+        Where the memory is (a device of the CUDA family).
+    stream
+        As DLPack spells it. -1: nothing. None for memory the host reads
+        (pinned, managed): the host may read it on return, so the host waits
+        for the pending work (an event or stream sync, never a device sync).
+        Otherwise an event wait on the consumer's stream; the host never
+        blocks.
+    """
     handle = stream_handle(stream)
-    if handle == NO_SYNC:
+    if handle == NO_SYNC or work.idle:
         return
-    producer = normalize(array._stream)
-    if handle == producer:
+    if stream is None and device_type in HOST_ACCESSIBLE:
+        work.wait_on_host()
         return
     rt = runtime()
-    # Handles > 2 carry their own context; only 1 and 2 need the device.
-    dev = _array_device(array, handle if handle > 2 else producer, rt)
-    rt.order(handle, dev, producer, dev)
+    work.order_before(handle, _waiter_device(device_type, device_id, handle, rt))
+
+
+def host_wait(work: PendingWork) -> None:
+    """Block until the host can read memory with this record (pinned or
+    managed memory): the pending write is done."""
+    work.wait_on_host()
+
+
+def imported(work: PendingWork, device_type: int, device_id: int, stream) -> None:
+    """A producer ordered its data on the consumer's ``stream`` (not -1):
+    that is the memory's last write now. An event is recorded on it at
+    once, so the stream may be destroyed afterwards and a per-thread
+    default stream means the importing thread's."""
+    handle = stream_handle(stream)
+    rt = runtime()
+    work.record(handle, _waiter_device(device_type, device_id, handle, rt))
 
 
 def consumer_stream_for(source, target):
@@ -78,7 +110,7 @@ def consumer_stream_for(source, target):
     stream set with ``stream()`` when it belongs to the source's device
     (DLPack: the stream is on the producer's device), -1 when no sync was
     asked, else None (the legacy default stream)."""
-    dev = source.id if int(source.type) in _CUDA_DEVICE_TYPES else None
+    dev = source.id if source.type in CUDA_DEVICE_BOUND else None
     return current_stream(dev)
 
 
@@ -90,19 +122,43 @@ def current_stream_handle(device_id: int):
     return None if h is None or h == NO_SYNC else h
 
 
-def wait_for_producer(array, producer_stream: int) -> None:
-    """An exchange-API import (no sync by the producer): make our current
-    stream (the one set with ``stream()``, else the legacy default) wait
-    for the producer's current work stream (0/NULL: its legacy default),
-    and remember it as the Array's stream."""
+def _current_work_stream(device_type: int, device_id: int) -> int:
+    h = current_stream(device_id if device_type in CUDA_DEVICE_BOUND else None)
+    return LEGACY_STREAM if h is None or h == NO_SYNC else h
+
+
+def export_no_sync(work: PendingWork, device_type: int, device_id: int) -> None:
+    """The exchange API hands the memory out without synchronizing: order
+    the stream that ``current_work_stream`` reports for the device after
+    the pending work (an event wait), so a consumer that waits for that
+    stream sees the data."""
+    if work.idle:
+        return
+    handle = _current_work_stream(device_type, device_id)
+    work.order_before(handle, _waiter_device(device_type, device_id, handle, runtime()))
+
+
+def record_current(work: PendingWork, device_type: int, device_id: int) -> None:
+    """The exchange API received memory from a library that enqueued its
+    work on the stream ``current_work_stream`` reported: that is the last
+    write."""
+    handle = _current_work_stream(device_type, device_id)
+    work.record(handle, _waiter_device(device_type, device_id, handle, runtime()))
+
+
+def wait_for_producer(work: PendingWork, device_type: int, device_id: int, producer_stream: int) -> None:
+    """An exchange-API import (no sync by the producer): the producer's
+    current work stream (0/NULL: its legacy default) holds the last write;
+    our current stream (the one set with ``stream()``, else the legacy
+    default) waits for it and becomes the last write; with ``stream(-1)``
+    nothing waits."""
     rt = runtime()
     producer = producer_stream or LEGACY_STREAM
-    dev = _array_device(array, producer, rt)
-    ours = current_stream(dev)
+    work.record(producer, _waiter_device(device_type, device_id, producer, rt))
+    ours = current_stream(device_id if device_type in CUDA_DEVICE_BOUND else None)
     if ours == NO_SYNC:
-        array._stream = producer if producer != LEGACY_STREAM else 0
         return
     ours = ours or LEGACY_STREAM
-    if ours != producer:
-        rt.order(ours, dev, producer, dev)
-    array._stream = 0 if ours == LEGACY_STREAM else ours
+    dev = _waiter_device(device_type, device_id, ours, rt)
+    work.order_before(ours, dev)
+    work.record(ours, dev)

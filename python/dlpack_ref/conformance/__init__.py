@@ -3,94 +3,158 @@
 Check a producer (a factory of arrays) and a consumer (a ``from_dlpack``)
 against the rules of the DLPack header, the DLPack Python spec and the array
 API standard; every result names its rule, where it is written, and what was
-observed. From the command line: ``python -m dlpack_ref check``. From a test
-suite::
+observed. Every check runs in a child process (see :mod:`.runner`). From the
+command line: ``dlpack-ref check`` (a CI gate). From a test suite: the pytest
+plugin (one test per rule, see docs/conformance.md) or::
 
     from dlpack_ref.conformance import assert_conforms
 
     def test_dlpack():
         assert_conforms(producer_factory=make_array, from_dlpack=mylib.from_dlpack)
 
-See docs/conformance.md.
+Modules: ``model`` (Producer, Consumer, Subject, Rule, Result), ``producer``
+and ``consumer`` (the rules), ``exchange_matrix`` (pairs of libraries),
+``runner`` (child processes), ``adapters`` (libraries by name, any module
+through the array API), ``gate`` (allowances), ``report``, ``cli``,
+``pytest_plugin``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Callable
 
-from ._result import SOURCES, CheckFailed, NotSupported, Result, Rule, Status
-from .consumer import CASES, Consumer, check_consumer
-from .producer import CHECKS, Producer, check_producer
+from .gate import AllowList
+from .model import SOURCES, CheckFailed, Consumer, NotSupported, Producer, Result, Rule, Status, Subject
+from .runner import rules, run
 
 __all__ = [
-    "SOURCES", "CheckFailed", "NotSupported", "Result", "Rule", "Status", "Producer", "Consumer",
-    "check_producer", "check_consumer", "check", "assert_conforms", "format_results", "rules",
+    "SOURCES", "AllowList", "CheckFailed", "NotSupported", "Result", "Rule", "Status", "Producer", "Consumer",
+    "Subject", "Suite", "check", "assert_conforms", "conformance_tests", "format_results", "rules", "subject_of",
 ]
 
 
-def rules() -> list[Rule]:
-    """Every rule checked, producer rules first."""
-    return [rule for rule, _ in CHECKS] + [case.rule for case in CASES]
+def subject_of(producer_factory: Callable | Producer | None = None,
+               from_dlpack: Callable | Consumer | None = None, *, name: str = "library",
+               **producer_options: Any) -> Subject:
+    """A :class:`Subject` from a factory and a ``from_dlpack``.
+
+    Parameters
+    ----------
+    producer_factory : callable or Producer, optional
+        ``factory(dtype, shape, readonly=False)``, see :class:`Producer`;
+        ``producer_options`` (tolist, views, scalar, unexportable) go to it.
+    from_dlpack : callable or Consumer, optional
+        A callable, or a :class:`Consumer` for more control (how to read
+        values, pointers, read-only-ness, the CPU device).
+    name : str
+        The name results carry.
+
+    Returns
+    -------
+    Subject
+        Without a spec: the runner forks to check it, so lambdas and local
+        functions work.
+    """
+    p = producer_factory if isinstance(producer_factory, Producer) or producer_factory is None else \
+        Producer(name, producer_factory, **producer_options)
+    c = from_dlpack if isinstance(from_dlpack, Consumer) or from_dlpack is None else Consumer(name, from_dlpack)
+    return Subject(name, "", p, c, None)
 
 
 def check(producer_factory: Callable | Producer | None = None, from_dlpack: Callable | Consumer | None = None,
-          *, name: str = "library", isolate: bool | None = None, **producer_options: Any) -> list[Result]:
+          *, name: str = "library", only=None, **producer_options: Any) -> list[Result]:
     """Run the producer checks (when ``producer_factory`` is given) and the
-    consumer checks (when ``from_dlpack`` is given) and return the results.
-
-    ``producer_factory(dtype, shape, readonly=False)``: see :class:`Producer`;
-    ``producer_options`` (tolist, views, scalar, unexportable) go to it.
-    ``from_dlpack``: a callable, or a :class:`Consumer` for more control
-    (how to read values, pointers, read-only-ness). The malformed-capsule
-    catalogue runs in child processes when the consumer can be imported there
-    (``isolate=None``: when the callable's module and name lead back to it),
-    so that a crash is reported instead of ending the test run.
-    """
-    results: list[Result] = []
-    if producer_factory is not None:
-        p = producer_factory if isinstance(producer_factory, Producer) else \
-            Producer(name, producer_factory, **producer_options)
-        results += check_producer(p)
-    if from_dlpack is not None:
-        c = from_dlpack if isinstance(from_dlpack, Consumer) else Consumer(name, from_dlpack,
-                                                                         spec=_spec_of(from_dlpack))
-        if isolate is False:
-            c = Consumer(**{**c.__dict__, "spec": None})
-        results += check_consumer(c)
-    return results
-
-
-def _spec_of(fn) -> str | None:
-    """"module:qualname" when that leads back to fn in a fresh process."""
-    import importlib
-    module, qualname = getattr(fn, "__module__", None), getattr(fn, "__qualname__", "")
-    if not module or "<" in qualname or module == "__main__":
-        return None
-    try:
-        obj = importlib.import_module(module)
-        for part in qualname.split("."):
-            obj = getattr(obj, part)
-    except Exception:
-        return None
-    return f"{module}:{qualname}" if obj is fn else None
+    consumer checks (when ``from_dlpack`` is given), each in a child process,
+    and return the results (see :func:`subject_of` for the parameters;
+    ``only``: rule ids to run)."""
+    return run(subject_of(producer_factory, from_dlpack, name=name, **producer_options), only=only)
 
 
 def format_results(results: list[Result], *, only_problems: bool = False) -> str:
+    """One block per result: its line, the rule's text and where it is written."""
     lines = []
     for r in results:
-        if only_problems and r.status in (Status.PASS, Status.NOT_SUPPORTED):
+        if only_problems and not r.failed:
             continue
         lines.append(r.line() + f"\n    rule: {r.rule.text}\n    where: {r.rule.citation()}")
     return "\n".join(lines)
 
 
-def assert_conforms(producer_factory=None, from_dlpack=None, *, allow: tuple[str, ...] = (),
-                    name: str = "library", isolate: bool | None = None, **producer_options) -> list[Result]:
+def assert_conforms(producer_factory=None, from_dlpack=None, *, allow: tuple[str, ...] | AllowList = (),
+                    name: str = "library", **producer_options) -> list[Result]:
     """Run :func:`check` and raise AssertionError listing every failed or
-    erroring check (except the rule ids in ``allow``), each with its rule,
-    where the rule is written and what was observed. Returns the results."""
-    results = check(producer_factory, from_dlpack, name=name, isolate=isolate, **producer_options)
-    bad = [r for r in results if r.status in (Status.FAIL, Status.ERROR) and r.rule.id not in allow]
+    erroring check not allowed (``allow``: rule ids, or an :class:`AllowList`),
+    each with its rule, where the rule is written and what was observed.
+
+    Returns
+    -------
+    list of Result
+
+    Raises
+    ------
+    AssertionError
+        When a rule that is not allowed fails.
+    """
+    allowed = allow if isinstance(allow, AllowList) else AllowList().plus(list(allow))
+    results = check(producer_factory, from_dlpack, name=name, **producer_options)
+    bad = [r for r in results if r.failed and allowed.reason(name, r.rule.id) is None]
     if bad:
         raise AssertionError(f"{len(bad)} DLPack conformance check(s) failed:\n" + format_results(bad))
     return results
+
+
+@dataclasses.dataclass
+class Suite:
+    """What :func:`conformance_tests` returns: the pytest plugin turns it into
+    one test per rule."""
+
+    subject: Subject
+    allow: AllowList
+    marks: dict[str, Any]
+
+
+def conformance_tests(library: str | None = None, *, producer_factory=None, from_dlpack=None,
+                      name: str | None = None, allow: tuple[str, ...] = (), allow_file: str | None = None,
+                      marks: dict[str, Any] | None = None, **producer_options: Any) -> Suite:
+    """The conformance rules as pytest tests: assign the result to a
+    ``test_*`` name in a test module and the plugin (installed with
+    dlpack-ref, entry point ``pytest11``) collects one test per rule, named by
+    its rule id (``-k copy_true`` selects), each case in a child process.
+
+    Parameters
+    ----------
+    library : str, optional
+        A spec for :func:`adapters.subject`: a known library (``"numpy"``) or
+        ``"module"`` / ``"module:from_dlpack"`` (the generic array-API adapter).
+    producer_factory, from_dlpack, **producer_options
+        Instead of ``library``: what :func:`subject_of` takes (lambdas work:
+        the cases run in a forked child).
+    name : str, optional
+        The library's name in results and allow files (default: ``library``, else "library").
+    allow : tuple of str
+        Rule ids (or patterns) expected to fail: their tests are marked xfail.
+    allow_file : str, optional
+        An allow file (``LIBRARY RULE REASON`` lines, see :mod:`.gate`).
+    marks : dict, optional
+        Rule id (or pattern) -> a pytest mark (``pytest.mark.xfail(...)``,
+        ``pytest.mark.skip(...)``) added to that rule's test.
+
+    Returns
+    -------
+    Suite
+
+    Raises
+    ------
+    ImportError
+        When ``library`` cannot be imported.
+    """
+    from . import adapters
+    if library is not None:
+        subject = adapters.subject(library)
+        if name is not None:
+            subject = dataclasses.replace(subject, name=name)
+    else:
+        subject = subject_of(producer_factory, from_dlpack, name=name or "library", **producer_options)
+    allowed = AllowList.read(allow_file) if allow_file else AllowList()
+    return Suite(subject, allowed.plus(list(allow), "allowed in conformance_tests(allow=...)"), dict(marks or {}))

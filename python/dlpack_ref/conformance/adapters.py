@@ -1,20 +1,22 @@
-"""How each known library makes arrays, reads values and imports DLPack:
-the adapters the CLI and the exchange matrix use. Each builds a
-:class:`Producer` and a :class:`Consumer` for one library; ``library(name)``
-imports it on first use."""
+"""How each library makes arrays, reads values and imports DLPack: the
+adapters the CLI, the exchange matrix and the runner's workers use.
+``subject(spec)`` builds a :class:`Subject` for a known library by name
+(``numpy``, ``torch``, ...) or for any importable module through the generic
+array-API adapter (``module`` or ``module:from_dlpack``), importing it on
+first use."""
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import importlib
 import importlib.metadata
+import importlib.util
 import math
 from typing import Callable
 
-from ._result import NotSupported
-from .consumer import Consumer
-from .producer import Producer
+from dlpack_ref._dtypes import DTYPES
+
+from .model import Consumer, NotSupported, Producer, Subject
 
 #: CLI name -> import name, in the order reports list them.
 KNOWN = {
@@ -26,46 +28,56 @@ KNOWN = {
     "array_api_strict": "array_api_strict",
     "tvm_ffi": "tvm_ffi",
     "cuda.core": "cuda.core",
+    "pyarrow": "pyarrow",
 }
 _DISTRIBUTIONS = {"tvm_ffi": "apache-tvm-ffi", "cuda.core": "cuda-core", "dlpack_ref": "dlpack-ref",
                   "array_api_strict": "array-api-strict"}
 
 
-@dataclasses.dataclass
-class Library:
-    name: str
-    version: str
-    producer: Producer | None
-    consumer: Consumer | None
-
-
-def installed() -> list[str]:
-    """Known libraries that can be imported here (found without importing them)."""
-    import importlib.util
-    found = []
+def installed() -> tuple[list[str], list[str]]:
+    """Known libraries that can be imported here and those that cannot, both
+    in report order (found without importing them)."""
+    found, missing = [], []
     for name, module in KNOWN.items():
         try:
-            if importlib.util.find_spec(module) is not None:
-                found.append(name)
+            present = importlib.util.find_spec(module) is not None
         except (ImportError, ValueError):
-            pass
-    return found
+            present = False
+        (found if present else missing).append(name)
+    return found, missing
 
 
-def version_of(name: str) -> str:
-    try:
-        return importlib.metadata.version(_DISTRIBUTIONS.get(name, name))
-    except importlib.metadata.PackageNotFoundError:
-        module = importlib.import_module(KNOWN.get(name, name))
-        return str(getattr(module, "__version__", "?"))
+def version_of(spec: str) -> str:
+    """The installed version of the library a spec names (imports it)."""
+    module_name = KNOWN.get(spec, spec.partition(":")[0])
+    top = module_name.split(".")[0]
+    for dist in [_DISTRIBUTIONS.get(spec)] + importlib.metadata.packages_distributions().get(top, []):
+        if dist:
+            try:
+                return importlib.metadata.version(dist)
+            except importlib.metadata.PackageNotFoundError:
+                pass
+    module = importlib.import_module(module_name)
+    return str(getattr(module, "__version__", "?"))
 
 
 @functools.lru_cache(maxsize=None)
-def library(name: str) -> Library:
-    if name not in _BUILDERS:
-        raise LookupError(f"no adapter for {name!r}; known: {', '.join(KNOWN)}")
-    producer, consumer = _BUILDERS[name]()
-    return Library(name, version_of(name), producer, consumer)
+def subject(spec: str) -> Subject:
+    """The Subject a spec names: a known library (``numpy``, ...) or any
+    importable module (``mylib``, ``mylib.sub:from_dlpack``).
+
+    Raises
+    ------
+    ImportError
+        When the module cannot be imported.
+    LookupError
+        When ``module:attr`` names nothing.
+    """
+    if spec in _BUILDERS:
+        producer, consumer = _BUILDERS[spec]()
+    else:
+        producer, consumer = _generic(spec)
+    return Subject(spec, version_of(spec), producer, consumer, spec)
 
 
 def _arange_values(n: int, dtype: str) -> list:
@@ -85,6 +97,11 @@ def _nested(flat: list, shape: tuple):
         return flat[0]
     step = len(flat) // shape[0]
     return [_nested(flat[i * step:(i + 1) * step], shape[1:]) for i in range(shape[0])]
+
+
+def _own_tolist(x):
+    """The library's own reading, for libraries whose arrays have ``tolist``."""
+    return x.tolist()
 
 
 def _numpy_dtype(dtype: str):
@@ -119,10 +136,11 @@ def _dlpack_ref():
         else:
             a = dr.asarray(_nested(_arange_values(n, dtype), shape), dtype=dtype)
         if readonly:
-            fmt = {"float64": "d", "float32": "f", "int64": "q", "int32": "i"}.get(dtype)
-            if fmt is None:
+            fmt = DTYPES[dtype].format
+            if fmt is None or len(fmt) != 1:
                 raise NotSupported(f"read-only dlpack_ref arrays of {dtype} are not made here")
-            a = dr.asarray(memoryview(a._host_bytes()).cast(fmt, shape))
+            # a read-only buffer: asarray keeps it read-only, in place
+            a = dr.asarray(memoryview(memoryview(a).tobytes()).cast(fmt, shape))
         return a
 
     def views():
@@ -131,8 +149,8 @@ def _dlpack_ref():
         return {"offset x[1:]": x[1:], "reversed x[::-1]": x[::-1], "strided x[::2]": x[::2],
                 "transposed m.T": m.T}
 
-    producer = Producer("dlpack_ref", factory, views=views, unexportable=lambda: {})
-    consumer = Consumer("dlpack_ref", dr.from_dlpack, data_ptr=lambda r: r.data_ptr,
+    producer = Producer("dlpack_ref", factory, tolist=_own_tolist, views=views, unexportable=lambda: {})
+    consumer = Consumer("dlpack_ref", dr.from_dlpack, tolist=_own_tolist, data_ptr=lambda r: r.data_ptr,
                         readonly=lambda r: r.readonly, cpu_device="cpu", spec="dlpack_ref")
     return producer, consumer
 
@@ -154,9 +172,9 @@ def _numpy():
                 "datetime64": np.array([1], dtype="M8[s]"),
                 "object": np.array([None, 1], dtype=object)}
 
-    producer = Producer("numpy", _numpy_array, views=views, scalar=lambda: np.float64(1.5),
+    producer = Producer("numpy", _numpy_array, tolist=_own_tolist, views=views, scalar=lambda: np.float64(1.5),
                         unexportable=unexportable)
-    consumer = Consumer("numpy", np.from_dlpack, data_ptr=lambda r: r.__array_interface__["data"][0],
+    consumer = Consumer("numpy", np.from_dlpack, tolist=_own_tolist, data_ptr=lambda r: r.__array_interface__["data"][0],
                         readonly=lambda r: not r.flags.writeable, cpu_device="cpu", spec="numpy")
     return producer, consumer
 
@@ -332,7 +350,72 @@ def _cuda_core():
     return producer, consumer
 
 
+# --- pyarrow (1-D, immutable arrays; a producer only) ------------------------------------------
+
+def _pyarrow():
+    import numpy as np
+    import pyarrow as pa
+
+    def factory(dtype, shape, readonly=False):
+        # Arrow arrays are immutable: every one is read-only data.
+        if len(shape) != 1:
+            raise NotSupported(f"pyarrow arrays are 1-D; no array of shape {shape}")
+        try:
+            arrow_type = pa.from_numpy_dtype(_numpy_dtype(dtype))
+        except (NotImplementedError, pa.ArrowNotImplementedError, TypeError) as e:
+            raise NotSupported(f"pyarrow has no {dtype}", e) from e
+        return pa.array(np.asarray(_arange_values(shape[0], dtype)).astype(_numpy_dtype(dtype)), type=arrow_type)
+
+    def views():
+        x = pa.array([0.0, 1.0, 2.0, 3.0, 4.0, 5.0])
+        return {"offset x.slice(1)": x.slice(1), "offset x.slice(2, 3)": x.slice(2, 3)}
+
+    def unexportable():
+        return {"with nulls": pa.array([1.0, None]), "strings": pa.array(["a", "b"])}
+
+    return Producer("pyarrow", factory, tolist=lambda x: x.to_pylist(), views=views,
+                    unexportable=unexportable), None
+
+
+# --- any library, through the array API ---------------------------------------------------------
+
+def _generic(spec: str):
+    """Producer and Consumer of any module, from the array API alone:
+    ``asarray``, ``reshape`` and the dtype attributes make arrays; values are
+    read element by element (no ``tolist``) and, for the consumer's results,
+    through DLPack."""
+    module_name, _, attr = spec.partition(":")
+    module = importlib.import_module(module_name)
+    from_dlpack = module
+    for part in (attr or "from_dlpack").split("."):
+        from_dlpack = getattr(from_dlpack, part, None)
+    if attr and from_dlpack is None:
+        raise LookupError(f"{module_name} has no attribute {attr!r}")
+    asarray = getattr(module, "asarray", None)
+    producer = None
+    if asarray is not None and hasattr(module, "reshape"):
+        def factory(dtype, shape, readonly=False):
+            if readonly:
+                raise NotSupported("the array API has no read-only arrays")
+            dt = getattr(module, dtype, None)
+            if dt is None:
+                raise NotSupported(f"{module_name} has no {dtype}")
+            return module.reshape(asarray(_arange_values(math.prod(shape), dtype), dtype=dt), shape)
+
+        def views():
+            x = asarray([0.0, 1.0, 2.0, 3.0, 4.0, 5.0], dtype=getattr(module, "float64"))
+            return {"offset x[1:]": x[1:], "strided x[::2]": x[::2], "reversed x[::-1]": x[::-1],
+                    "transposed m.T": module.reshape(x, (2, 3)).T}
+
+        producer = Producer(spec, factory, views=views)
+    consumer = None
+    if callable(from_dlpack):
+        cpu = getattr(asarray([0]), "device", None) if asarray is not None else None
+        consumer = Consumer(spec, from_dlpack, cpu_device=cpu, spec=spec)
+    return producer, consumer
+
+
 _BUILDERS: dict[str, Callable] = {
     "dlpack_ref": _dlpack_ref, "numpy": _numpy, "torch": _torch, "jax": _jax, "cupy": _cupy,
-    "array_api_strict": _array_api_strict, "tvm_ffi": _tvm_ffi, "cuda.core": _cuda_core,
+    "array_api_strict": _array_api_strict, "tvm_ffi": _tvm_ffi, "cuda.core": _cuda_core, "pyarrow": _pyarrow,
 }

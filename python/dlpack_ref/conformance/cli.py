@@ -1,88 +1,173 @@
-"""``python -m dlpack_ref check``: run the conformance checks on the
-libraries installed here and print the matrix."""
+"""``dlpack-ref check`` (also ``python -m dlpack_ref check``): run the
+conformance checks on libraries and gate on the result."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 
-from ._result import Result, Status, result_from_dict
-from .adapters import KNOWN, installed, version_of
-from .consumer import CASES, judge
-from .producer import RULES as PRODUCER_RULES, check_ids
+import dlpack_ref
+
+from .adapters import KNOWN, installed, subject as adapter_subject
+from .runner import run as run_subject, run_matrix, tasks_for
+from .exchange_matrix import cell_text
+from .gate import AllowList, blocking
+from .report import SCHEMA_VERSION, LibraryRun, Run, render
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_MISSING = 0, 1, 2, 3
+
+_EPILOG = f"""\
+libraries:
+  Without --library: dlpack_ref and every installed one of
+  {', '.join(k for k in KNOWN if k != 'dlpack_ref')};
+  the report lists those looked for and not found.
+  --library NAME uses a built-in adapter for a known name; any other
+  importable module is checked through the generic array-API adapter
+  (asarray, reshape and dtype attributes make arrays; values are read by
+  indexing and through DLPack): --library mylib, or --library
+  module:from_dlpack (e.g. mylib.sub:from_dlpack) to name the from_dlpack to
+  check.
+
+formats (--format, the report goes to stdout, progress to stderr):
+  table      plain text: per-library summary, producer and consumer grids,
+             the exchange matrix, one short line per failure, each broken
+             rule's text once, the gate's verdict
+  markdown   the same as Markdown (text escaped: __dlpack__ is not bold)
+  json       machine-readable, schema version {SCHEMA_VERSION}: the file
+             report.schema.json inside the dlpack_ref.conformance package
+
+allowing failures:
+  --allow RULE (repeatable, any library) and --allow-file FILE, whose lines
+  are "LIBRARY RULE REASON" (LIBRARY may be *, RULE may use * wildcards,
+  a reason is required, # starts a comment).
+
+exit status:
+  {EXIT_OK}  every checked library passes every rule that is not allowed
+  {EXIT_FAILED}  a checked library fails a rule that is not allowed (or a check
+     could not run, or a library crashed)
+  {EXIT_USAGE}  bad arguments or an unreadable allow file
+  {EXIT_MISSING}  a library asked for with --library (or --fail-on) cannot be imported
+  Without the gate only dlpack_ref's own failures set the status:
+  --fail-on dlpack_ref gives that behaviour back.
+"""
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m dlpack_ref",
-                                description="DLPack conformance checks of the array libraries installed here.")
-    sub = p.add_subparsers(dest="command", required=True)
-    check = sub.add_parser("check", help="run the producer, consumer and exchange checks")
-    check.add_argument("--library", action="append", choices=list(KNOWN), metavar="NAME",
-                       help=f"a library to check (repeatable; default: every installed one of {', '.join(KNOWN)})")
-    check.add_argument("--format", choices=("table", "markdown", "json"), default="table")
+def _parser(prog: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description="DLPack conformance checks of array libraries, "
+                                "usable as a CI gate.")
+    p.add_argument("--version", action="version",
+                   version=f"%(prog)s {dlpack_ref.__version__} (DLPack {'.'.join(map(str, dlpack_ref.DLPACK_VERSION))})")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    check = sub.add_parser("check", help="run the producer, consumer and exchange checks",
+                           description="Run the producer checks, the consumer catalogue (each case in a\n"
+                           "child process) and the pairwise exchange matrix, print a report, and exit\n"
+                           "non-zero when a rule that is not allowed fails.",
+                           epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    check.add_argument("--library", action="append", metavar="SPEC",
+                       help="a library to check: a known name or any module[:from_dlpack] (repeatable)")
+    check.add_argument("--format", choices=("table", "markdown", "json"), default="table",
+                       help="report format (default: table)")
+    check.add_argument("--allow", action="append", default=[], metavar="RULE",
+                       help="a rule id (or pattern) whose failure does not fail the gate, for every library")
+    check.add_argument("--allow-file", metavar="FILE", help="allowances, one 'LIBRARY RULE REASON' a line")
+    check.add_argument("--fail-on", action="append", metavar="LIBRARY",
+                       help="only these libraries' failures set the exit status (repeatable; "
+                       "default: every checked library)")
     check.add_argument("--no-matrix", action="store_true", help="skip the pairwise exchange matrix")
     return p
 
 
-def run(libraries: list[str], matrix: bool = True, progress=None) -> dict:
-    """Run everything for these libraries, each in its own worker process."""
-    from ._worker import run_tasks
-    say = progress or (lambda msg: None)
-    versions, producer, consumer = {}, {}, {}
-    usable = []
-    for lib in libraries:
+class _Progress:
+    """Counts on stderr while a phase runs."""
+
+    def say(self, msg: str) -> None:
+        print(msg, file=sys.stderr, flush=True)
+
+    def phase(self, label: str, total: int):
+        state = {"done": 0, "failing": 0, "start": time.monotonic()}
+        step = max(1, total // 5)
+
+        def tick(line: str | None = None, failed: bool = False):
+            state["done"] += 1
+            state["failing"] += failed
+            if line:
+                self.say(f"  {label}: {line}")
+            if state["done"] % step == 0 or state["done"] == total:
+                self.say(f"  {label}: {state['done']}/{total} done, {state['failing']} failing, "
+                         f"{time.monotonic() - state['start']:.1f} s")
+        return tick
+
+
+def _libraries(args) -> tuple[list[str], list[str], bool]:
+    """(to check, known ones not installed, whether they were asked for)."""
+    if args.library:
+        return list(dict.fromkeys(args.library)), [], True
+    found, missing = installed()
+    if "dlpack_ref" not in found:
+        found.insert(0, "dlpack_ref")
+    return found, missing, False
+
+
+def execute(args, allow: AllowList, progress: _Progress) -> Run:
+    """Run the checks the arguments ask for."""
+    wanted, not_installed, asked = _libraries(args)
+    missing = {lib: "not installed" for lib in not_installed}
+    libraries: dict[str, LibraryRun] = {}
+    for spec in wanted:
         try:
-            versions[lib] = version_of(lib)
+            subject = adapter_subject(spec)
         except Exception as e:
-            say(f"{lib}: cannot be imported ({type(e).__name__}: {e}); skipped")
+            missing[spec] = f"cannot be imported: {type(e).__name__}: {e}"
+            progress.say(f"{spec}: {missing[spec]}; skipped")
             continue
-        usable.append(lib)
-        tasks = [{"kind": "producer", "library": lib, "check": cid} for cid in check_ids()]
-        tasks += [{"kind": "case", "consumer": lib, "case": k.rule.id} for k in CASES]
-        say(f"{lib} {versions[lib]}: {len(tasks)} checks")
-        start = time.monotonic()
-        outcomes = run_tasks(tasks, lambda task, out: _tick(say, lib, task, out))
-        producer[lib], consumer[lib] = [], []
-        for task, out in zip(tasks, outcomes):
-            if task["kind"] == "producer":
-                if "check" in out:
-                    producer[lib].append(result_from_dict(out, PRODUCER_RULES))
-                else:
-                    rule = PRODUCER_RULES[task["check"]]
-                    why = out.get("crashed") or out.get("worker_error")
-                    status = Status.FAIL if "crashed" in out else Status.ERROR
-                    producer[lib].append(Result(rule, status, f"the check ended the process ({why})"
-                                                if "crashed" in out else why, subject=lib))
-            else:
-                case = next(k for k in CASES if k.rule.id == task["case"])
-                status, detail, et, em = judge(case, out)
-                consumer[lib].append(Result(case.rule, status, detail, et, em, subject=lib))
-        say(f"{lib}: done in {time.monotonic() - start:.1f} s")
-    cells = {}
-    if matrix and usable:
-        pairs = [{"kind": "pair", "producer": p, "consumer": c} for p in usable for c in usable]
-        say(f"exchange matrix: {len(pairs)} pairs")
-        for task, out in zip(pairs, run_tasks(pairs)):
-            cells[(task["producer"], task["consumer"])] = out
-    return {"versions": versions, "producer": producer, "consumer": consumer, "matrix": cells}
+        tasks = tasks_for(subject)
+        progress.say(f"{spec} {subject.version}: {len(tasks)} checks")
+        tick = progress.phase(spec, len(tasks))
+
+        def on_result(r, tick=tick):
+            tick(f"{r.rule.id}: {r.status.value}" if r.failed else None, r.failed)
+
+        libraries[spec] = LibraryRun(spec, subject.version, run_subject(subject, on_result=on_result))
+    matrix = {}
+    usable = [lib for lib in libraries if lib in wanted]
+    if not args.no_matrix and usable:
+        progress.say(f"exchange matrix: {len(usable) ** 2} pairs")
+        tick = progress.phase("exchange matrix", len(usable) ** 2)
+
+        def on_pair(task, cell):
+            bad = cell_text(cell) in ("CRASH", "WRONG VALUES", "error")
+            tick(f"{task['producer']} -> {task['consumer']}: {cell_text(cell)}" if bad else None, bad)
+
+        matrix = run_matrix(usable, on_pair)
+    fail_on = args.fail_on
+    results = {lib: lr.results for lib, lr in libraries.items()}
+    stopping = blocking(results, allow, fail_on)
+    requested_missing = [lib for lib in missing if asked or (fail_on and lib in fail_on)]
+    if fail_on:
+        requested_missing += [lib for lib in fail_on if lib not in libraries and lib not in requested_missing]
+        for lib in fail_on:
+            missing.setdefault(lib, "asked for with --fail-on but not checked")
+    status = EXIT_MISSING if requested_missing else EXIT_FAILED if stopping else EXIT_OK
+    return Run(libraries, missing, matrix, allow, fail_on, stopping, status)
 
 
-def _tick(say, lib, task, out):
-    failed = out.get("status") in ("fail", "error") or "crashed" in out
-    if failed:
-        name = task.get("check") or task.get("case")
-        say(f"  {lib}: {name}: {out.get('crashed') or out.get('status')}")
+def prog_name() -> str:
+    """How the command was started: ``dlpack-ref`` or ``python -m dlpack_ref``."""
+    base = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    return "python -m dlpack_ref" if base in ("__main__.py", "-c", "") or base.startswith("python") else base
 
 
-def main(argv=None) -> int:
-    args = _parser().parse_args(sys.argv[1:] if argv is None else argv)
-    libraries = args.library or installed()
-    if "dlpack_ref" not in libraries and not args.library:
-        libraries.insert(0, "dlpack_ref")
-    result = run(libraries, matrix=not args.no_matrix,
-                 progress=lambda msg: print(msg, file=sys.stderr, flush=True))
-    from .report import render
-    print(render(result, args.format))
-    own = result["producer"].get("dlpack_ref", []) + result["consumer"].get("dlpack_ref", [])
-    return 1 if any(r.status in (Status.FAIL, Status.ERROR) for r in own) else 0
+def main(argv=None, prog: str | None = None) -> int:
+    """Run the command line; returns the exit status."""
+    args = _parser(prog or prog_name()).parse_args(sys.argv[1:] if argv is None else argv)
+    progress = _Progress()
+    try:
+        allow = AllowList.read(args.allow_file) if args.allow_file else AllowList()
+    except (OSError, ValueError) as e:
+        progress.say(f"error: --allow-file: {e}")
+        return EXIT_USAGE
+    run = execute(args, allow.plus(args.allow), progress)
+    print(render(run, args.format))
+    return run.exit_status

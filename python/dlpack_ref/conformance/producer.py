@@ -10,60 +10,28 @@ checks rely on nothing but DLPack itself.
 from __future__ import annotations
 
 import ctypes
-import dataclasses
 import enum
 import gc
 import sys
-from typing import Any, Callable
+from typing import Callable
 
 import dlpack_ref
-from dlpack_ref import testing as _t
+from dlpack_ref import DLPACK_VERSION as V13, DeviceType
+from dlpack_ref._dtypes import DTYPES
+from dlpack_ref.testing import (
+    ALLOCATOR_T, DELETER_T, FLAG_IS_COPIED as IS_COPIED, FLAG_READ_ONLY as READ_ONLY, FROM_PY_T, NAME_LEGACY,
+    NAME_VERSIONED, SET_ERROR_T, STREAM_T, TO_PY_T, VIEW_T, DLManagedTensor, DLManagedTensorVersioned,
+    DLPackExchangeAPI, DLTensor, c_api, capsule_name, exchange_api_of, read_capsule,
+)
 
-from ._result import CheckFailed, NotSupported, Result, Rule, exc_name, run_check, short
+from .model import (
+    CheckFailed, NotSupported, Producer, Result, Rule, data_pointer, dlpack_values, exc_name, export_any,
+    first_element, run_check, same_values, short,
+)
 
-V13 = (1, 3)
-READ_ONLY = _t.FLAG_READ_ONLY
-IS_COPIED = _t.FLAG_IS_COPIED
+_DEVICE_TYPES = frozenset(int(m) for m in DeviceType)
 # A device no CPU library can export to: kDLOpenCL.
 UNSUPPORTED_DEVICE = (4, 0)
-
-
-@dataclasses.dataclass
-class Producer:
-    """What the producer checks need to know about a library.
-
-    ``factory(dtype, shape, readonly=False)`` returns an array of the dtype
-    named as in ``dlpack_ref.DTYPES`` (``"float32"``, ``"bfloat16"``,
-    ``"float8_e4m3fn"``, ...) holding ``arange(size)`` (or any values), and
-    raises (any exception, ideally :class:`NotSupported`) for a dtype or a
-    read-only array the library does not have. ``tolist(x)``: the library's
-    own reading of the values (default ``x.tolist()``). ``views()``: named
-    views whose exported values must equal the library's own (e.g. negated,
-    conjugated, offset). ``scalar()``: a scalar of the library, or None when
-    it has no scalar type. ``unexportable()``: named objects that cannot be
-    exported (export must raise BufferError).
-    """
-
-    name: str
-    factory: Callable[..., Any]
-    tolist: Callable[[Any], Any] | None = None
-    views: Callable[[], dict] | None = None
-    scalar: Callable[[], Any] | None = None
-    unexportable: Callable[[], dict] | None = None
-
-    def make(self, dtype: str, shape: tuple, readonly: bool = False):
-        try:
-            return self.factory(dtype, shape, readonly) if readonly else self.factory(dtype, shape)
-        except NotSupported:
-            raise
-        except Exception as e:
-            what = f"read-only {dtype}" if readonly else dtype
-            raise NotSupported(f"{self.name} cannot make a {what} array of shape {shape}", e) from e
-
-    def values(self, x):
-        if self.tolist is not None:
-            return self.tolist(x)
-        return x.tolist()
 
 
 CHECKS: list[tuple[Rule, Callable[[Producer], str]]] = []
@@ -85,33 +53,6 @@ def _export(x, **kwargs):
     return x.__dlpack__(**kwargs)
 
 
-def _export_any(x):
-    """A capsule of x, versioned when the producer has it."""
-    try:
-        return x.__dlpack__(max_version=V13)
-    except TypeError:
-        return x.__dlpack__()
-
-
-def _first_element(info: dict) -> int:
-    return info["data"] + info["byte_offset"]
-
-
-def _dr_values(capsule_or_array):
-    return dlpack_ref.from_dlpack(capsule_or_array).tolist()
-
-
-def _same(a, b) -> bool:
-    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
-    if isinstance(a, (list, tuple)) or isinstance(b, (list, tuple)):
-        return False
-    try:
-        return a == b or (a != a and b != b)
-    except Exception:
-        return False
-
-
 def _must_succeed(what: str, fn):
     try:
         return fn()
@@ -121,7 +62,7 @@ def _must_succeed(what: str, fn):
 
 def _read_export(what: str, fn) -> dict:
     """The fields of the capsule ``fn`` exports; CheckFailed naming ``what`` when it raises."""
-    return _t.read_capsule(_must_succeed(what, fn))
+    return read_capsule(_must_succeed(what, fn))
 
 
 def _flag_set(info: dict, bit: int, legacy: str, missing: str) -> str:
@@ -146,10 +87,6 @@ def _refused_with_buffererror(what: str, fn) -> str:
     raise CheckFailed(f"{what} was accepted; it must raise BufferError")
 
 
-def _ptr_of(x) -> int:
-    return _first_element(_t.read_capsule(_export_any(x)))
-
-
 # --- versions and capsule layout ------------------------------------------------
 
 @_check("producer.legacy_without_max_version",
@@ -158,8 +95,8 @@ def _ptr_of(x) -> int:
 def _legacy_without_max_version(p: Producer) -> str:
     x = p.make("float32", (2, 3))
     cap = _must_succeed("__dlpack__()", lambda: _export(x))
-    name = _t.capsule_name(cap)
-    if name != _t.NAME_LEGACY:
+    name = capsule_name(cap)
+    if name != NAME_LEGACY:
         raise CheckFailed(f"capsule named {name!r}, expected b'dltensor'")
     return "capsule 'dltensor'"
 
@@ -174,11 +111,11 @@ def _versioned_capsule(p: Producer) -> str:
     legacy = []
     for mv in ((1, 0), (1, 3)):
         cap = _must_succeed(f"__dlpack__(max_version={mv})", lambda: _export(x, max_version=mv))
-        info = _t.read_capsule(cap)
-        if info["name"] == _t.NAME_LEGACY:
+        info = read_capsule(cap)
+        if info["name"] == NAME_LEGACY:
             legacy.append(mv)
             continue
-        if info["name"] != _t.NAME_VERSIONED:
+        if info["name"] != NAME_VERSIONED:
             raise CheckFailed(f"max_version={mv}: capsule named {info['name']!r}")
         if info["version"][0] != 1:
             raise CheckFailed(f"max_version={mv}: stamped version {info['version']}, major must be 1")
@@ -206,7 +143,7 @@ def _newer_major(p: Producer) -> str:
         "header", "DLTensor.strides (required non-NULL since DLPack 1.2)")
 def _strides_not_null(p: Producer) -> str:
     x = p.make("float32", (2, 3))
-    info = _t.read_capsule(_export_any(x))
+    info = read_capsule(export_any(x))
     new = info["versioned"] and info["version"] >= (1, 2)
     if info["strides"] is None:
         if new:
@@ -221,11 +158,11 @@ def _strides_not_null(p: Producer) -> str:
         "array-api", "from_dlpack / __dlpack__ (any array, including 0-d)")
 def _zero_dim(p: Producer) -> str:
     x = p.make("float64", ())
-    info = _read_export("__dlpack__ of a 0-d array", lambda: _export_any(x))
+    info = _read_export("__dlpack__ of a 0-d array", lambda: export_any(x))
     if info["ndim"] != 0:
         raise CheckFailed(f"ndim {info['ndim']} for a 0-d array")
-    got, want = _dr_values(x), p.values(x)
-    if not _same(got, want):
+    got, want = dlpack_values(x), p.values(x)
+    if not same_values(got, want):
         raise CheckFailed(f"exported value {got!r}, the library reports {want!r}")
     return f"ndim 0, value {got!r}"
 
@@ -234,7 +171,7 @@ def _zero_dim(p: Producer) -> str:
         "array-api", "from_dlpack / __dlpack__ (any array, including empty)")
 def _size_zero(p: Producer) -> str:
     x = p.make("float32", (0, 3))
-    info = _read_export("__dlpack__ of a (0, 3) array", lambda: _export_any(x))
+    info = _read_export("__dlpack__ of a (0, 3) array", lambda: export_any(x))
     if info["shape"] != (0, 3):
         raise CheckFailed(f"shape {info['shape']}, expected (0, 3)")
     a = _must_succeed("dlpack_ref.from_dlpack of it", lambda: dlpack_ref.from_dlpack(x))
@@ -271,7 +208,7 @@ def _nbytes(info: dict) -> int:
 
 
 def _source_bytes(x, n: int) -> bytes:
-    return ctypes.string_at(_ptr_of(x), n)
+    return ctypes.string_at(data_pointer(x), n)
 
 
 @_check("producer.copy_true_copies",
@@ -279,8 +216,8 @@ def _source_bytes(x, n: int) -> bytes:
         "array-api", "array.__dlpack__, copy")
 def _copy_true(p: Producer) -> str:
     x = p.make("float64", (2, 3))
-    base = _ptr_of(x)
-    n = _nbytes(_t.read_capsule(_export_any(x)))
+    base = data_pointer(x)
+    n = _nbytes(read_capsule(export_any(x)))
     before = _source_bytes(x, n)
     try:
         cap = x.__dlpack__(max_version=V13, copy=True)
@@ -288,8 +225,8 @@ def _copy_true(p: Producer) -> str:
         raise NotSupported("copy=True is refused with BufferError (the standard says it must copy)", e) from e
     except TypeError as e:
         raise NotSupported("copy keyword not accepted", e) from e
-    info = _t.read_capsule(cap)
-    ptr = _first_element(info)
+    info = read_capsule(cap)
+    ptr = first_element(info)
     if ptr == base:
         raise CheckFailed(f"copy=True exported the same data pointer {ptr:#x}")
     copied = dlpack_ref.from_dlpack(cap)
@@ -309,7 +246,7 @@ def _copy_true_flag(p: Producer) -> str:
         cap = x.__dlpack__(max_version=V13, copy=True)
     except (BufferError, TypeError) as e:
         raise NotSupported("copy=True is not supported", e) from e
-    return _flag_set(_t.read_capsule(cap), IS_COPIED, "legacy capsule: no flags to set",
+    return _flag_set(read_capsule(cap), IS_COPIED, "legacy capsule: no flags to set",
                      "IS_COPIED not set on a copy")
 
 
@@ -318,16 +255,16 @@ def _copy_true_flag(p: Producer) -> str:
         "array-api", "array.__dlpack__, copy")
 def _copy_false(p: Producer) -> str:
     x = p.make("float64", (2, 3))
-    base = _ptr_of(x)
+    base = data_pointer(x)
     try:
         cap = x.__dlpack__(max_version=V13, copy=False)
     except TypeError as e:
         raise NotSupported("copy keyword not accepted", e) from e
     except Exception as e:
         raise CheckFailed("copy=False raised for memory exportable in place", e) from e
-    info = _t.read_capsule(cap)
-    if _first_element(info) != base:
-        raise CheckFailed(f"copy=False exported {_first_element(info):#x}, the array is at {base:#x}")
+    info = read_capsule(cap)
+    if first_element(info) != base:
+        raise CheckFailed(f"copy=False exported {first_element(info):#x}, the array is at {base:#x}")
     if info["versioned"] and info["flags"] & IS_COPIED:
         raise CheckFailed("IS_COPIED set with copy=False")
     return f"same pointer {base:#x}"
@@ -339,17 +276,17 @@ def _copy_false(p: Producer) -> str:
 def _dl_device_own(p: Producer) -> str:
     x = p.make("float32", (2, 3))
     dev = x.__dlpack_device__()
-    base = _ptr_of(x)
+    base = data_pointer(x)
     try:
         cap = x.__dlpack__(max_version=V13, dl_device=dev)
     except TypeError as e:
         raise NotSupported("dl_device keyword not accepted", e) from e
     except Exception as e:
         raise CheckFailed(f"dl_device={tuple(int(v) for v in dev)} (its own device) raised", e) from e
-    info = _t.read_capsule(cap)
+    info = read_capsule(cap)
     if info["device"] != (int(dev[0]), int(dev[1])):
         raise CheckFailed(f"exported on {info['device']}, asked for {dev}")
-    if _first_element(info) != base:
+    if first_element(info) != base:
         raise CheckFailed("dl_device equal to the array's own device made a copy")
     return f"dl_device={info['device']} in place"
 
@@ -428,8 +365,8 @@ def _dlpack_device_type(p: Producer) -> str:
     if not isinstance(kind, enum.Enum):
         raise CheckFailed(f"device_type {kind!r} is a plain {type(kind).__name__}, not an Enum member "
                           "(the standard types the result Tuple[Enum, int])")
-    if int(kind) not in range(1, 19):
-        raise CheckFailed(f"device_type {kind!r} is not a DLDeviceType value")
+    if int(kind) not in _DEVICE_TYPES:
+        raise CheckFailed(f"device_type {kind!r} is not a DLDeviceType value (dlpack_ref.DeviceType)")
     return f"({type(kind).__name__}.{kind.name}={int(kind)}, {ident})"
 
 
@@ -441,10 +378,10 @@ def _scalar(p: Producer) -> str:
         raise NotSupported("the library has no scalar type separate from 0-d arrays")
     if not hasattr(s, "__dlpack__"):
         raise NotSupported(f"{type(s).__module__}.{type(s).__name__} scalars have no __dlpack__")
-    info = _read_export("__dlpack__ of a scalar", lambda: _export_any(s))
+    info = _read_export("__dlpack__ of a scalar", lambda: export_any(s))
     if info["ndim"] != 0:
         raise CheckFailed(f"scalar exported with ndim {info['ndim']}")
-    return f"0-d, value {_dr_values(s)!r}"
+    return f"0-d, value {dlpack_values(s)!r}"
 
 
 # --- dtypes ------------------------------------------------------------------------
@@ -457,9 +394,9 @@ def _dtype_group(names: list[str]):
                 x = p.make(name, (4,))
             except NotSupported:
                 continue
-            want = dlpack_ref.DTYPES[name].__dlpack_data_type__()
+            want = DTYPES[name].__dlpack_data_type__()
             try:
-                info = _t.read_capsule(_export_any(x))
+                info = read_capsule(export_any(x))
             except BufferError:
                 refused.append(name)
                 continue
@@ -479,7 +416,7 @@ def _dtype_group(names: list[str]):
     return body
 
 
-_FLOAT8 = [n for n in dlpack_ref.DTYPES if n.startswith("float8")]
+_FLOAT8 = [n for n in DTYPES if n.startswith("float8")]
 for _group, _names, _where in [
         ("bool", ["bool"], "kDLBool (bits 8)"),
         ("complex", ["complex64", "complex128"], "kDLComplex"),
@@ -501,18 +438,18 @@ class _DeleterSpy:
     its ``deleter`` field; the original deleter still runs."""
 
     def __init__(self, capsule):
-        info = _t.read_capsule(capsule)
-        struct_type = _t.DLManagedTensorVersioned if info["versioned"] else _t.DLManagedTensor
+        info = read_capsule(capsule)
+        struct_type = DLManagedTensorVersioned if info["versioned"] else DLManagedTensor
         self.original = info["deleter"]
         self.calls = 0
-        original = _t._DELETER_T(self.original) if self.original else None
+        original = DELETER_T(self.original) if self.original else None
 
         def counted(address):
             self.calls += 1
             if original is not None:
                 original(address)
 
-        self._callback = _t._DELETER_T(counted)
+        self._callback = DELETER_T(counted)
         _SPIES.append(self._callback)
         struct_type.from_address(info["address"]).deleter = ctypes.cast(self._callback, ctypes.c_void_p).value
 
@@ -531,7 +468,7 @@ def _deleter_once(p: Producer) -> str:
         except Exception as e:
             notes.append(f"{kind}: not exported ({exc_name(e)})")
             continue
-        if kind == "versioned" and _t.capsule_name(cap) != _t.NAME_VERSIONED:
+        if kind == "versioned" and capsule_name(cap) != NAME_VERSIONED:
             notes.append("versioned: not available")
             continue
         spy = _DeleterSpy(cap)
@@ -582,7 +519,7 @@ def _view_values(p: Producer) -> str:
     notes, bad = [], []
     for label, v in cases.items():
         try:
-            got = _dr_values(_export_any(v))
+            got = dlpack_values(export_any(v))
         except BufferError as e:
             notes.append(f"{label}: refused with BufferError ({short(e, 80)})")
             continue
@@ -590,7 +527,7 @@ def _view_values(p: Producer) -> str:
             bad.append(f"{label}: export raised {exc_name(e)}: {short(e, 100)}")
             continue
         want = p.values(v)
-        if not _same(got, want):
+        if not same_values(got, want):
             bad.append(f"{label}: exported {got!r}, the library reports {want!r}")
         else:
             notes.append(f"{label}: equal")
@@ -601,22 +538,30 @@ def _view_values(p: Producer) -> str:
 
 # --- the C exchange API ------------------------------------------------------------------------
 
-_SET_ERROR_T = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p)
-_ALLOCATOR_T = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.POINTER(_t.DLTensor), ctypes.POINTER(ctypes.c_void_p),
-                                 ctypes.c_void_p, _SET_ERROR_T)
-_FROM_PY_T = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.POINTER(ctypes.c_void_p))
-_TO_PY_T = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p))
-_VIEW_T = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.POINTER(_t.DLTensor))
-_STREAM_T = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_int32, ctypes.c_int32, ctypes.POINTER(ctypes.c_void_p))
-_capsule_pointer = _t._c_api("PyCapsule_GetPointer", ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)
-_capsule_valid = _t._c_api("PyCapsule_IsValid", ctypes.c_int, ctypes.py_object, ctypes.c_char_p)
-_decref = _t._c_api("Py_DecRef", None, ctypes.c_void_p)
+_decref = c_api("Py_DecRef", None, ctypes.c_void_p)
+# Called through PYFUNCTYPE, which raises an exception a C call left set (the
+# allocator is called like C; ctypes may also raise SystemError for it itself).
+_raise_pending = c_api("PyErr_Occurred", ctypes.c_void_p)
+_new_capsule = c_api("PyCapsule_New", ctypes.py_object, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p)
 
 
 def _call_deleter(address: int) -> None:
-    m = _t.DLManagedTensorVersioned.from_address(address)
+    m = DLManagedTensorVersioned.from_address(address)
     if m.deleter:
-        _t._DELETER_T(m.deleter)(address)
+        DELETER_T(m.deleter)(address)
+
+
+def _table_of(x) -> DLPackExchangeAPI:
+    try:
+        api = exchange_api_of(type(x))
+    except TypeError as e:
+        raise CheckFailed(str(e)) from e
+    if api is None:
+        raise NotSupported(f"{type(x).__name__} has no __dlpack_c_exchange_api__")
+    version = (api.header.version.major, api.header.version.minor)
+    if version[0] != 1:
+        raise NotSupported(f"table version {version}; this checker reads major 1")
+    return api
 
 
 @_check("producer.exchange_api",
@@ -625,24 +570,17 @@ def _call_deleter(address: int) -> None:
         "exchange-api", "DLPackExchangeAPI, DLPackExchangeAPIHeader")
 def _exchange_api(p: Producer) -> str:
     x = p.make("float64", (2, 3))
-    cap = getattr(type(x), "__dlpack_c_exchange_api__", None)
-    if cap is None:
-        raise NotSupported(f"{type(x).__name__} has no __dlpack_c_exchange_api__")
-    if type(cap).__name__ != "PyCapsule" or not _capsule_valid(cap, b"dlpack_exchange_api"):
-        raise CheckFailed(f"__dlpack_c_exchange_api__ is {cap!r}, not a capsule named 'dlpack_exchange_api'")
-    api = _t.DLPackExchangeAPI.from_address(_capsule_pointer(cap, b"dlpack_exchange_api"))
+    api = _table_of(x)
     version = (api.header.version.major, api.header.version.minor)
-    if version[0] != 1:
-        raise NotSupported(f"table version {version}; this checker reads major 1")
-    missing = [f for f, _ in _t.DLPackExchangeAPI._fields_[1:]
+    missing = [f for f, _ in DLPackExchangeAPI._fields_[1:]
                if f != "dltensor_from_py_object_no_sync" and not getattr(api, f)]
     if missing:
         raise CheckFailed(f"NULL function pointers in a version {version} table: {', '.join(missing)}")
-    want_ptr, want_values = _ptr_of(x), _dr_values(x)
+    want_ptr, want_values = data_pointer(x), dlpack_values(export_any(x))
     out = ctypes.c_void_p()
     _must_succeed("managed_tensor_from_py_object_no_sync",
-                  lambda: _FROM_PY_T(api.managed_tensor_from_py_object_no_sync)(x, ctypes.byref(out)))
-    m = _t.DLManagedTensorVersioned.from_address(out.value)
+                  lambda: FROM_PY_T(api.managed_tensor_from_py_object_no_sync)(id(x), ctypes.byref(out)))
+    m = DLManagedTensorVersioned.from_address(out.value)
     t = m.dl_tensor
     got = (m.version.major, t.data + t.byte_offset, t.ndim)
     if got != (1, want_ptr, 2):
@@ -650,46 +588,97 @@ def _exchange_api(p: Producer) -> str:
         raise CheckFailed(f"from_py_object gave (major, data, ndim)={got}, expected (1, {want_ptr:#x}, 2)")
     obj = ctypes.c_void_p()
     _must_succeed("managed_tensor_to_py_object_no_sync",
-                  lambda: _TO_PY_T(api.managed_tensor_to_py_object_no_sync)(out.value, ctypes.byref(obj)))
+                  lambda: TO_PY_T(api.managed_tensor_to_py_object_no_sync)(out.value, ctypes.byref(obj)))
     back = ctypes.cast(obj, ctypes.py_object).value
     _decref(obj.value)
-    if _ptr_of(back) != want_ptr or not _same(_dr_values(back), want_values):
+    if data_pointer(back) != want_ptr or not same_values(dlpack_values(export_any(back)), want_values):
         raise CheckFailed(f"to_py_object gave a {type(back).__name__} with other data or values")
     notes = [f"version {version}", f"round trip to {type(back).__name__} in place"]
     del back
     if api.dltensor_from_py_object_no_sync:
-        view = _t.DLTensor()
+        view = DLTensor()
         _must_succeed("dltensor_from_py_object_no_sync",
-                      lambda: _VIEW_T(api.dltensor_from_py_object_no_sync)(x, ctypes.byref(view)))
+                      lambda: VIEW_T(api.dltensor_from_py_object_no_sync)(id(x), ctypes.byref(view)))
         if view.data + view.byte_offset != want_ptr:
             raise CheckFailed("dltensor_from_py_object_no_sync: another data pointer")
         notes.append("DLTensor view in place")
     stream = ctypes.c_void_p(1)
     _must_succeed("current_work_stream(kDLCPU, 0)",
-                  lambda: _STREAM_T(api.current_work_stream)(1, 0, ctypes.byref(stream)))
+                  lambda: STREAM_T(api.current_work_stream)(1, 0, ctypes.byref(stream)))
     if stream.value:
         raise CheckFailed(f"current_work_stream(kDLCPU, 0) gave {stream.value:#x}, expected NULL")
+    notes.append(_check_allocator(api))
+    return "; ".join(notes)
+
+
+def _check_allocator(api: DLPackExchangeAPI) -> str:
     errors = []
     shape = (ctypes.c_int64 * 2)(2, 3)
-    proto = _t.DLTensor()
+    proto = DLTensor()
     proto.device.device_type, proto.ndim, proto.shape = 1, 2, ctypes.addressof(shape)
     proto.dtype.code, proto.dtype.bits, proto.dtype.lanes = 2, 32, 1
     alloc = ctypes.c_void_p()
-    set_error = _SET_ERROR_T(lambda ctx, kind, msg: errors.append((kind, msg)))
+    set_error = SET_ERROR_T(lambda ctx, kind, msg: errors.append((kind, msg)))
     try:
-        rc = _ALLOCATOR_T(api.managed_tensor_allocator)(ctypes.byref(proto), ctypes.byref(alloc), None, set_error)
+        rc = ALLOCATOR_T(api.managed_tensor_allocator)(ctypes.byref(proto), ctypes.byref(alloc), None, set_error)
+        _raise_pending()
     except Exception as e:
+        # ctypes' SystemError names the stray exception as its cause
         raise CheckFailed("managed_tensor_allocator (required) set a Python exception instead of "
-                          "working or calling SetError", e) from e
+                          "working or calling SetError", e.__cause__ or e) from e
     if rc != 0 or not alloc.value:
         raise CheckFailed(f"managed_tensor_allocator failed (rc={rc}, errors={errors})")
-    m = _t.DLManagedTensorVersioned.from_address(alloc.value)
+    m = DLManagedTensorVersioned.from_address(alloc.value)
     got = (m.dl_tensor.ndim, tuple(ctypes.cast(m.dl_tensor.shape, ctypes.POINTER(ctypes.c_int64))[:2]),
            (m.dl_tensor.dtype.code, m.dl_tensor.dtype.bits))
     _call_deleter(alloc.value)
     if got != (2, (2, 3), (2, 32)):
         raise CheckFailed(f"managed_tensor_allocator made (ndim, shape, dtype)={got}")
-    notes.append("allocator ok")
+    return "allocator ok"
+
+
+def _outcome(export) -> tuple[str, object]:
+    """("values", the values dlpack-ref reads) or ("refused", the exception's type name)."""
+    try:
+        capsule = export()
+    except Exception as e:
+        return "refused", exc_name(e)
+    try:
+        return "values", dlpack_values(capsule)
+    except Exception as e:
+        return "unreadable", f"{exc_name(e)}: {short(e, 80)}"
+
+
+def _export_through_table(api: DLPackExchangeAPI, x):
+    """What managed_tensor_from_py_object_no_sync gives for x, in a capsule
+    that dlpack-ref consumes (its deleter runs when the import ends)."""
+    out = ctypes.c_void_p()
+    FROM_PY_T(api.managed_tensor_from_py_object_no_sync)(id(x), ctypes.byref(out))
+    return _new_capsule(out.value, NAME_VERSIONED, None)
+
+
+@_check("producer.exchange_api_matches_dlpack",
+        "for every array and view, the exchange-API table's managed_tensor_from_py_object_no_sync and "
+        "__dlpack__ give the same values or the same refusal (the table is a fast path, not another meaning)",
+        "exchange-api", "DLPackExchangeAPI: 'exchanges tensors ... without going through __dlpack__'")
+def _exchange_api_matches_dlpack(p: Producer) -> str:
+    cases = {"float64 (2, 3)": p.make("float64", (2, 3))}
+    x = cases["float64 (2, 3)"]
+    _table_of(x)
+    cases.update(p.views() if p.views is not None else {})
+    cases.update(p.unexportable() if p.unexportable is not None else {})
+    notes, bad = [], []
+    for label, v in cases.items():
+        if type(v) is not type(x) and exchange_api_of(type(v)) is None:
+            continue
+        plain = _outcome(lambda: export_any(v))
+        table = _outcome(lambda: _export_through_table(exchange_api_of(type(v)), v))
+        if plain == table:
+            notes.append(f"{label}: same {plain[0]}")
+        else:
+            bad.append(f"{label}: __dlpack__ {plain[0]} {plain[1]!r}, the table {table[0]} {table[1]!r}")
+    if bad:
+        raise CheckFailed("; ".join(bad))
     return "; ".join(notes)
 
 

@@ -1,20 +1,13 @@
-"""Tools to test DLPack producers and consumers: hand-built capsules.
-
-This module builds DLPack capsules with :mod:`ctypes` (and two small C
-trampolines of the core, no NumPy), so that any field can be set to any value,
-including values no correct producer would write (a major version of 2, an
-ndim of -1, a NULL shape, an unknown device type, ...). It is meant for
-consumer tests, ours and other libraries': hand a malformed capsule to a
-``from_dlpack`` and check that it raises the documented error, does not crash,
-and calls the producer's deleter exactly once.
-
-Main pieces:
+"""The capsule factory: DLPack capsules built with :mod:`ctypes`, any field
+set to any value, deleter calls counted.
 
 :class:`CapsuleFactory`
     ``make(...)`` returns a capsule (``dltensor_versioned`` or ``dltensor``)
     over a ``DLManagedTensorVersioned`` / ``DLManagedTensor`` whose every field
-    is controllable. The factory counts how often the deleters of its tensors
-    run (``deleter_calls``, ``calls_for(cap_id)``, ``live``).
+    is controllable, including values no correct producer would write (a major
+    version of 2, an ndim of -1, a NULL shape, an unknown device type, ...). The
+    factory counts how often the deleters of its tensors run
+    (``deleter_calls``, ``calls_for(cap_id)``, ``live``).
 
 :class:`ForeignProducer`
     An object with ``__dlpack__`` / ``__dlpack_device__`` that hands out the
@@ -23,12 +16,7 @@ Main pieces:
     legacy fallback), raise a chosen exception, or return something that is not
     a capsule. It records the keywords of every ``__dlpack__`` call.
 
-:func:`read_capsule`, :func:`capsule_name`
-    Read the fields of any DLPack capsule (ours or another library's) without
-    consuming it.
-
 Lifetime rules the factory follows, which are DLPack's rules:
-
 * The deleter and the capsule destructor are C trampolines of the core
   (``_testing_trampolines``) that call back into this module. They take the
   GIL themselves, so a consumer may call them from any thread, and they keep
@@ -51,145 +39,32 @@ Lifetime rules the factory follows, which are DLPack's rules:
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import itertools
 import threading
 from typing import Any
 
-from ._dlpack_ref import _testing_trampolines
+from .._dlpack_ref import _testing_trampolines
+from .abi import (
+    DELETER_T, FLAG_IS_SUBBYTE_TYPE_PADDED, NAME_LEGACY, NAME_VERSIONED, DLManagedTensor,
+    DLManagedTensorVersioned, c_api,
+)
 
-__all__ = [
-    "CapsuleFactory",
-    "ForeignProducer",
-    "DLPackVersion",
-    "DLDevice",
-    "DLDataType",
-    "DLTensor",
-    "DLManagedTensor",
-    "DLManagedTensorVersioned",
-    "DLPackExchangeAPIHeader",
-    "DLPackExchangeAPI",
-    "FLAG_READ_ONLY",
-    "FLAG_IS_COPIED",
-    "FLAG_IS_SUBBYTE_TYPE_PADDED",
-    "NAME_VERSIONED",
-    "NAME_LEGACY",
-    "NAME_USED_VERSIONED",
-    "NAME_USED_LEGACY",
-    "capsule_name",
-    "read_capsule",
-]
-
-FLAG_READ_ONLY = 1 << 0
-FLAG_IS_COPIED = 1 << 1
-FLAG_IS_SUBBYTE_TYPE_PADDED = 1 << 2
-
-NAME_VERSIONED = b"dltensor_versioned"
-NAME_LEGACY = b"dltensor"
-NAME_USED_VERSIONED = b"used_dltensor_versioned"
-NAME_USED_LEGACY = b"used_dltensor"
+__all__ = ["CapsuleFactory", "ForeignProducer"]
 
 # Buffers larger than this are not allocated for data="alloc": such capsules
 # (huge shapes or strides) exist to be refused, so a small buffer stands in.
 _MAX_ALLOC = 1 << 26
 _ALIGN = 256
 
-
-# --- the DLPack 1.3 structs, as ctypes sees them ---------------------------
-
-class DLPackVersion(ctypes.Structure):
-    """``DLPackVersion``: ``major``, ``minor`` (uint32)."""
-    _fields_ = [("major", ctypes.c_uint32), ("minor", ctypes.c_uint32)]
-
-
-class DLDevice(ctypes.Structure):
-    """``DLDevice``: ``device_type`` (the enum, as int32), ``device_id``."""
-    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
-
-
-class DLDataType(ctypes.Structure):
-    """``DLDataType``: ``code`` (uint8), ``bits`` (uint8), ``lanes`` (uint16)."""
-    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
-
-
-class DLTensor(ctypes.Structure):
-    """``DLTensor``. ``shape`` and ``strides`` are raw addresses (c_void_p)
-    so that NULL and arbitrary values can be written."""
-    _fields_ = [
-        ("data", ctypes.c_void_p),
-        ("device", DLDevice),
-        ("ndim", ctypes.c_int32),
-        ("dtype", DLDataType),
-        ("shape", ctypes.c_void_p),
-        ("strides", ctypes.c_void_p),
-        ("byte_offset", ctypes.c_uint64),
-    ]
-
-
-class DLManagedTensor(ctypes.Structure):
-    """Legacy ``DLManagedTensor`` (capsule name ``dltensor``). ``deleter`` is
-    the raw function address (0 for NULL)."""
-    _fields_ = [
-        ("dl_tensor", DLTensor),
-        ("manager_ctx", ctypes.c_void_p),
-        ("deleter", ctypes.c_void_p),
-    ]
-
-
-class DLManagedTensorVersioned(ctypes.Structure):
-    """``DLManagedTensorVersioned`` (capsule name ``dltensor_versioned``).
-    ``deleter`` is the raw function address (0 for NULL)."""
-    _fields_ = [
-        ("version", DLPackVersion),
-        ("manager_ctx", ctypes.c_void_p),
-        ("deleter", ctypes.c_void_p),
-        ("flags", ctypes.c_uint64),
-        ("dl_tensor", DLTensor),
-    ]
-
-
-class DLPackExchangeAPIHeader(ctypes.Structure):
-    """``DLPackExchangeAPIHeader``: ``version`` and ``prev_api`` (a pointer
-    to the header of an older table, NULL at the end of the chain)."""
-
-
-DLPackExchangeAPIHeader._fields_ = [
-    ("version", DLPackVersion),
-    ("prev_api", ctypes.POINTER(DLPackExchangeAPIHeader)),
-]
-
-
-class DLPackExchangeAPI(ctypes.Structure):
-    """``DLPackExchangeAPI`` (behind a ``dlpack_exchange_api`` capsule); the
-    function pointers are raw addresses (0 for NULL)."""
-    _fields_ = [
-        ("header", DLPackExchangeAPIHeader),
-        ("managed_tensor_allocator", ctypes.c_void_p),
-        ("managed_tensor_from_py_object_no_sync", ctypes.c_void_p),
-        ("managed_tensor_to_py_object_no_sync", ctypes.c_void_p),
-        ("dltensor_from_py_object_no_sync", ctypes.c_void_p),
-        ("current_work_stream", ctypes.c_void_p),
-    ]
-
-
-# --- the Python C API through ctypes ---------------------------------------
 # Every PyObject* argument is passed as c_void_p: the capsule destructor runs
 # while the capsule is being deallocated, and a py_object argument would
 # take a new reference to a dying object.
-
-_DELETER_T = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
-
-
-def _c_api(name: str, restype, *argtypes):
-    """A private prototype of a Python C API function: setting argtypes on
-    ctypes.pythonapi's function objects would change them for every module."""
-    return ctypes.PYFUNCTYPE(restype, *argtypes)((name, ctypes.pythonapi))
-
-
-_PyCapsule_New = _c_api("PyCapsule_New", ctypes.py_object, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
-_PyCapsule_GetName = _c_api("PyCapsule_GetName", ctypes.c_void_p, ctypes.c_void_p)
-_PyCapsule_GetPointer = _c_api("PyCapsule_GetPointer", ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
-_PyCapsule_GetContext = _c_api("PyCapsule_GetContext", ctypes.c_void_p, ctypes.c_void_p)
-_PyCapsule_SetContext = _c_api("PyCapsule_SetContext", ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
+_PyCapsule_New = c_api("PyCapsule_New", ctypes.py_object, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
+_PyCapsule_GetName = c_api("PyCapsule_GetName", ctypes.c_void_p, ctypes.c_void_p)
+_PyCapsule_GetPointer = c_api("PyCapsule_GetPointer", ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
+_PyCapsule_GetContext = c_api("PyCapsule_GetContext", ctypes.c_void_p, ctypes.c_void_p)
+_PyCapsule_SetContext = c_api("PyCapsule_SetContext", ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
 
 # Capsules keep a pointer to their name, not a copy: every name ever used
 # stays alive here (a handful of short strings).
@@ -218,18 +93,16 @@ class _Counts:
         self.live = 0
 
 
+@dataclasses.dataclass(slots=True)
 class _Record:
     """What one tensor keeps alive until its deleter runs."""
 
-    __slots__ = ("cap_id", "counts", "buffers", "name", "versioned", "released")
-
-    def __init__(self, cap_id, counts, buffers, name, versioned):
-        self.cap_id = cap_id
-        self.counts = counts
-        self.buffers = buffers
-        self.name = name
-        self.versioned = versioned
-        self.released = False
+    cap_id: int
+    counts: _Counts
+    buffers: list | None
+    name: bytes | None
+    versioned: bool
+    released: bool = False
 
 
 # Managed-struct address -> record. A record stays after its deleter ran
@@ -270,7 +143,7 @@ def _on_capsule_destroyed(capsule: int) -> None:
     struct_type = DLManagedTensorVersioned if record.versioned else DLManagedTensor
     deleter = struct_type.from_address(struct_address).deleter
     if deleter:
-        _DELETER_T(deleter)(struct_address)
+        DELETER_T(deleter)(struct_address)
 
 
 def _dispatch(kind: int, address: int) -> None:
@@ -561,59 +434,3 @@ class ForeignProducer:
             make_kwargs["versioned"] = (not self.legacy_only and max_version is not None
                                         and max_version[0] >= 1)
         return self.factory.make(device=self.device, **make_kwargs)
-
-
-# --- reading capsules ----------------------------------------------------------
-
-def capsule_name(capsule) -> bytes | None:
-    """The current name of a capsule (None when NULL); raises TypeError for
-    anything that is not a capsule."""
-    if type(capsule).__name__ != "PyCapsule":
-        raise TypeError(f"expected a PyCapsule, got {type(capsule).__name__}")
-    return _c_string(_PyCapsule_GetName(id(capsule)))
-
-
-def _read_int64s(address: int | None, count: int):
-    if not address:
-        return None
-    return tuple((ctypes.c_int64 * count).from_address(address))
-
-
-def read_capsule(capsule) -> dict:
-    """Every field of the managed tensor behind a DLPack capsule, without
-    consuming it: ``name``, ``versioned``, ``address`` (of the managed
-    struct), ``version`` (None for legacy), ``flags`` (None for legacy),
-    ``manager_ctx``, ``deleter`` (addresses, 0 for NULL), ``data``,
-    ``device``, ``ndim``, ``dtype`` (code, bits, lanes), ``shape_ptr``,
-    ``strides_ptr``, ``shape`` and ``strides`` (tuples, None when NULL) and
-    ``byte_offset``. The name decides the layout (``*dltensor_versioned`` is
-    versioned); shape and strides are read only for 0 <= ndim <= 64.
-    A consumed capsule (``used_*``) can be read only while its consumer still
-    holds the tensor: once the deleter ran, the fields are freed memory.
-    """
-    name = capsule_name(capsule)
-    if name not in (NAME_VERSIONED, NAME_LEGACY, NAME_USED_VERSIONED, NAME_USED_LEGACY):
-        raise ValueError(f"not a DLPack capsule name: {name!r}")
-    versioned = name.endswith(b"versioned")
-    address = _PyCapsule_GetPointer(id(capsule), _name_address(name))
-    struct = (DLManagedTensorVersioned if versioned else DLManagedTensor).from_address(address)
-    tensor = struct.dl_tensor
-    readable = 0 <= tensor.ndim <= 64
-    return {
-        "name": name,
-        "versioned": versioned,
-        "address": address,
-        "version": (struct.version.major, struct.version.minor) if versioned else None,
-        "flags": struct.flags if versioned else None,
-        "manager_ctx": struct.manager_ctx or 0,
-        "deleter": struct.deleter or 0,
-        "data": tensor.data or 0,
-        "device": (tensor.device.device_type, tensor.device.device_id),
-        "ndim": tensor.ndim,
-        "dtype": (tensor.dtype.code, tensor.dtype.bits, tensor.dtype.lanes),
-        "shape_ptr": tensor.shape or 0,
-        "strides_ptr": tensor.strides or 0,
-        "shape": _read_int64s(tensor.shape, tensor.ndim) if readable else None,
-        "strides": _read_int64s(tensor.strides, tensor.ndim) if readable else None,
-        "byte_offset": tensor.byte_offset,
-    }

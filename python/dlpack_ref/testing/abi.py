@@ -1,0 +1,181 @@
+"""The DLPack 1.3 ABI as :mod:`ctypes` sees it: the structs, the flag bits,
+the capsule names, the exchange-API function types and private prototypes of
+the Python C API.
+
+This is the one ctypes mirror of ``include/dlpack.h`` in the project: the
+capsule factory, the independent reader, the conformance checker and the
+tests all use these names. It is written from the header, not from the core,
+so that checks built on it do not inherit a mistake of the core.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+__all__ = [
+    "DLPackVersion", "DLDevice", "DLDataType", "DLTensor", "DLManagedTensor", "DLManagedTensorVersioned",
+    "DLPackExchangeAPIHeader", "DLPackExchangeAPI",
+    "FLAG_READ_ONLY", "FLAG_IS_COPIED", "FLAG_IS_SUBBYTE_TYPE_PADDED",
+    "NAME_VERSIONED", "NAME_LEGACY", "NAME_USED_VERSIONED", "NAME_USED_LEGACY", "NAME_EXCHANGE_API",
+    "MAX_NDIM", "INT64_MAX",
+    "DELETER_T", "SET_ERROR_T", "ALLOCATOR_T", "FROM_PY_T", "TO_PY_T", "VIEW_T", "STREAM_T",
+    "c_api", "exchange_api_of",
+]
+
+FLAG_READ_ONLY = 1 << 0
+FLAG_IS_COPIED = 1 << 1
+FLAG_IS_SUBBYTE_TYPE_PADDED = 1 << 2
+
+NAME_VERSIONED = b"dltensor_versioned"
+NAME_LEGACY = b"dltensor"
+NAME_USED_VERSIONED = b"used_dltensor_versioned"
+NAME_USED_LEGACY = b"used_dltensor"
+NAME_EXCHANGE_API = b"dlpack_exchange_api"
+
+#: The most dimensions a DLPack tensor may have in dlpack-ref (docs/guarantees.md).
+MAX_NDIM = 64
+INT64_MAX = (1 << 63) - 1
+
+
+class DLPackVersion(ctypes.Structure):
+    """``DLPackVersion``: ``major``, ``minor`` (uint32)."""
+    _fields_ = [("major", ctypes.c_uint32), ("minor", ctypes.c_uint32)]
+
+
+class DLDevice(ctypes.Structure):
+    """``DLDevice``: ``device_type`` (the enum, as int32), ``device_id``."""
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class DLDataType(ctypes.Structure):
+    """``DLDataType``: ``code`` (uint8), ``bits`` (uint8), ``lanes`` (uint16)."""
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class DLTensor(ctypes.Structure):
+    """``DLTensor``. ``shape`` and ``strides`` are raw addresses (c_void_p)
+    so that NULL and arbitrary values can be written."""
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("device", DLDevice),
+        ("ndim", ctypes.c_int32),
+        ("dtype", DLDataType),
+        ("shape", ctypes.c_void_p),
+        ("strides", ctypes.c_void_p),
+        ("byte_offset", ctypes.c_uint64),
+    ]
+
+
+class DLManagedTensor(ctypes.Structure):
+    """Legacy ``DLManagedTensor`` (capsule name ``dltensor``). ``deleter`` is
+    the raw function address (0 for NULL)."""
+    _fields_ = [
+        ("dl_tensor", DLTensor),
+        ("manager_ctx", ctypes.c_void_p),
+        ("deleter", ctypes.c_void_p),
+    ]
+
+
+class DLManagedTensorVersioned(ctypes.Structure):
+    """``DLManagedTensorVersioned`` (capsule name ``dltensor_versioned``).
+    ``deleter`` is the raw function address (0 for NULL)."""
+    _fields_ = [
+        ("version", DLPackVersion),
+        ("manager_ctx", ctypes.c_void_p),
+        ("deleter", ctypes.c_void_p),
+        ("flags", ctypes.c_uint64),
+        ("dl_tensor", DLTensor),
+    ]
+
+
+class DLPackExchangeAPIHeader(ctypes.Structure):
+    """``DLPackExchangeAPIHeader``: ``version`` and ``prev_api`` (a pointer
+    to the header of an older table, NULL at the end of the chain)."""
+
+
+DLPackExchangeAPIHeader._fields_ = [
+    ("version", DLPackVersion),
+    ("prev_api", ctypes.POINTER(DLPackExchangeAPIHeader)),
+]
+
+
+class DLPackExchangeAPI(ctypes.Structure):
+    """``DLPackExchangeAPI`` (behind a ``dlpack_exchange_api`` capsule); the
+    function pointers are raw addresses (0 for NULL): call them through the
+    ``*_T`` function types below."""
+    _fields_ = [
+        ("header", DLPackExchangeAPIHeader),
+        ("managed_tensor_allocator", ctypes.c_void_p),
+        ("managed_tensor_from_py_object_no_sync", ctypes.c_void_p),
+        ("managed_tensor_to_py_object_no_sync", ctypes.c_void_p),
+        ("dltensor_from_py_object_no_sync", ctypes.c_void_p),
+        ("current_work_stream", ctypes.c_void_p),
+    ]
+
+
+# --- function types ------------------------------------------------------------
+# The header passes Python objects as void* (py_object, out_py_object), so they
+# are c_void_p here: pass id(obj) while holding obj. The allocator "needs no
+# Python API of its own" and reports through SetError, so it is called like C
+# (CFUNCTYPE releases the GIL for the call); the other four set a Python
+# exception on failure and run with the GIL held (PYFUNCTYPE keeps it and
+# raises the exception they set).
+
+DELETER_T = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+SET_ERROR_T = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p)
+ALLOCATOR_T = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(DLTensor), ctypes.POINTER(ctypes.c_void_p),
+                               ctypes.c_void_p, SET_ERROR_T)
+FROM_PY_T = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p))
+TO_PY_T = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p))
+VIEW_T = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(DLTensor))
+STREAM_T = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_int32, ctypes.c_int32, ctypes.POINTER(ctypes.c_void_p))
+
+
+def c_api(name: str, restype, *argtypes):
+    """A prototype of the Python C API function ``name`` of its own (setting
+    argtypes on ``ctypes.pythonapi``'s shared function objects would change
+    them for every other module), called with the GIL held.
+
+    Parameters
+    ----------
+    name : str
+        The C function, e.g. ``"PyCapsule_GetName"``.
+    restype, *argtypes
+        ctypes types of the result and the arguments.
+
+    Returns
+    -------
+    ctypes function
+    """
+    return ctypes.PYFUNCTYPE(restype, *argtypes)((name, ctypes.pythonapi))
+
+
+_capsule_pointer = c_api("PyCapsule_GetPointer", ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)
+_capsule_is_valid = c_api("PyCapsule_IsValid", ctypes.c_int, ctypes.py_object, ctypes.c_char_p)
+
+
+def exchange_api_of(cls) -> DLPackExchangeAPI | None:
+    """The exchange-API table a type publishes as ``__dlpack_c_exchange_api__``.
+
+    Parameters
+    ----------
+    cls : type
+        The array type (the attribute is looked up on the type, as the header says).
+
+    Returns
+    -------
+    DLPackExchangeAPI or None
+        None when the type has no such attribute.
+
+    Raises
+    ------
+    TypeError
+        When the attribute is not a capsule named ``dlpack_exchange_api``.
+    """
+    cap = getattr(cls, "__dlpack_c_exchange_api__", None)
+    if cap is None:
+        return None
+    if type(cap).__name__ != "PyCapsule" or not _capsule_is_valid(cap, NAME_EXCHANGE_API):
+        raise TypeError(f"__dlpack_c_exchange_api__ of {cls.__name__} is {cap!r}, "
+                        "not a capsule named 'dlpack_exchange_api'")
+    return DLPackExchangeAPI.from_address(_capsule_pointer(cap, NAME_EXCHANGE_API))

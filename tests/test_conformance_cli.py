@@ -1,0 +1,142 @@
+"""``dlpack-ref check`` as a CI gate: exit statuses, allowances, any
+library through the generic adapter, the report formats and the JSON schema."""
+
+import contextlib
+import io
+import json
+import subprocess
+import sys
+
+import jsonschema
+import pytest
+
+import dlpack_ref as dr
+from dlpack_ref.conformance import adapters, cli, report
+
+
+def _cli(argv):
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = cli.main(argv, prog="dlpack-ref")
+    return rc, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture(scope="module")
+def schema():
+    with open(report.SCHEMA_PATH) as f:
+        return json.load(f)
+
+
+@pytest.fixture(scope="module")
+def numpy_run():
+    return _cli(["check", "--library", "dlpack_ref", "--library", "numpy", "--format", "json"])
+
+
+def test_json_of_dlpack_ref_alone_exits_0_and_matches_the_schema(schema):
+    rc, out, err = _cli(["check", "--library", "dlpack_ref", "--format", "json"])
+    assert rc == 0
+    data = json.loads(out)
+    jsonschema.validate(data, schema)
+    assert data["schema_version"] == report.SCHEMA_VERSION
+    assert data["tool"] == {"name": "dlpack-ref", "version": dr.__version__, "dlpack_version": [1, 3]}
+    assert data["environment"]["python"] == ".".join(map(str, sys.version_info[:3]))
+    [lib] = data["libraries"]
+    assert lib["summary"]["fail"] == lib["summary"]["error"] == 0
+    assert data["exchange"] == [{"producer": "dlpack_ref", "consumer": "dlpack_ref", "works": True,
+                                 "zero_copy": True, "values_ok": True}]
+    assert "dlpack_ref: 57/57 done, 0 failing" in err  # progress with counts, on stderr
+
+
+def test_numpy_fails_the_gate(numpy_run, schema):
+    rc, out, err = numpy_run
+    assert rc == cli.EXIT_FAILED == 1
+    data = json.loads(out)
+    jsonschema.validate(data, schema)
+    assert {"library": "numpy", "check": "consumer.shape_null"} in data["gate"]["blocking"]
+    assert all(b["library"] == "numpy" for b in data["gate"]["blocking"])
+    assert "numpy: consumer.shape_null: fail" in err
+
+
+def test_fail_on_dlpack_ref_gives_the_old_exit_status():
+    rc, out, _ = _cli(["check", "--library", "dlpack_ref", "--library", "numpy", "--fail-on", "dlpack_ref",
+                       "--no-matrix"])
+    assert rc == 0
+    assert "pass (exit status 0): no failure that is not allowed in dlpack_ref" in out
+
+
+def test_allow_file_and_allow_flag_clear_the_gate(numpy_run, tmp_path):
+    blocking = json.loads(numpy_run[1])["gate"]["blocking"]
+    allow = tmp_path / "allow.txt"
+    allow.write_text("# NumPy's known findings\n" + "".join(
+        f"numpy {b['check']} known, reported upstream\n" for b in blocking if b["check"] != "consumer.copy_true"))
+    rc, out, _ = _cli(["check", "--library", "numpy", "--allow-file", str(allow), "--no-matrix"])
+    assert rc == 1 and "FAIL (exit status 1): 1 failure(s) not allowed" in out
+    rc, out, _ = _cli(["check", "--library", "numpy", "--allow-file", str(allow), "--allow", "consumer.copy_*",
+                       "--no-matrix"])
+    assert rc == 0
+    assert "[allowed: known, reported upstream]" in out
+    assert "FAIL (allowed)" in out
+
+
+def test_an_allow_line_without_a_reason_is_a_usage_error(tmp_path):
+    allow = tmp_path / "allow.txt"
+    allow.write_text("numpy consumer.shape_null\n")
+    rc, _, err = _cli(["check", "--library", "numpy", "--allow-file", str(allow)])
+    assert rc == cli.EXIT_USAGE
+    assert "allow.txt:1: expected 'LIBRARY RULE REASON'" in err
+
+
+def test_a_missing_library_that_was_asked_for_exits_3():
+    rc, out, err = _cli(["check", "--library", "dlpack_ref", "--library", "no_such_lib_xyz", "--no-matrix"])
+    assert rc == cli.EXIT_MISSING == 3
+    assert "no_such_lib_xyz: not checked (cannot be imported: ModuleNotFoundError" in out
+
+
+def test_without_library_the_known_ones_not_installed_are_listed(monkeypatch):
+    monkeypatch.setattr(cli, "installed", lambda: (["dlpack_ref"], ["cupy", "torch"]))
+    rc, out, _ = _cli(["check", "--no-matrix"])
+    assert rc == 0
+    assert "- cupy: not checked (not installed)" in out and "- torch: not checked (not installed)" in out
+
+
+def test_any_module_through_the_generic_adapter():
+    """array-api-strict named as module:from_dlpack: no built-in adapter,
+    no tolist, values read by indexing and through DLPack."""
+    subject = adapters.subject("array_api_strict:from_dlpack")
+    assert subject.producer.tolist is None and subject.consumer.tolist is None
+    rc, out, _ = _cli(["check", "--library", "array_api_strict:from_dlpack", "--format", "json", "--no-matrix"])
+    [lib] = json.loads(out)["libraries"]
+    by_id = {r["check"]: r for r in lib["results"]}
+    assert "tolist" not in out
+    assert by_id["producer.view_values"]["status"] == "pass"
+    assert by_id["consumer.zero_copy_import"]["status"] == "pass"
+    assert by_id["consumer.shape_null"]["detail"] == "the consumer crashed the process (killed by SIGSEGV)"
+    assert rc == 1
+
+
+def test_markdown_is_escaped():
+    rc, out, _ = _cli(["check", "--library", "dlpack_ref", "--format", "markdown", "--no-matrix"])
+    assert rc == 0
+    assert "## Libraries" in out and "| producer.copy\\_true\\_copies |" in out
+    assert "__" not in out.replace("\\_\\_", "")
+
+
+def test_failure_lines_are_short_and_rules_are_stated_once(numpy_run):
+    rc, out, _ = _cli(["check", "--library", "numpy", "--no-matrix"])
+    failures = out.split("Failures\n", 1)[1]
+    lines = [line for line in failures.split("\n\nRules broken above:")[0].splitlines() if line.startswith("- ")]
+    assert lines and all(len(line) <= 210 for line in lines)
+    assert failures.count("a NULL shape with ndim > 0 is refused") == 1
+    assert "- numpy 2." in out and " pass, 9 fail, 0 error, " in out
+
+
+def test_version_and_help_name_the_console_script():
+    out = subprocess.run(["dlpack-ref", "--version"], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == f"dlpack-ref {dr.__version__} (DLPack 1.3)"
+    help_text = subprocess.run(["dlpack-ref", "check", "--help"], capture_output=True, text=True, check=True).stdout
+    assert help_text.startswith("usage: dlpack-ref check")
+    for words in ("exit status:", "--fail-on dlpack_ref", "report.schema.json", "formats", "module:from_dlpack"):
+        assert words in help_text
+    module_help = subprocess.run([sys.executable, "-m", "dlpack_ref", "--help"], capture_output=True, text=True,
+                                 check=True).stdout
+    assert module_help.startswith("usage: python -m dlpack_ref")
