@@ -145,8 +145,16 @@ cdef class Array:
         return self._shape[0]
 
     def __repr__(self):
-        from dlpack_ref._format import array_repr
-        return array_repr(self)
+        extras = ""
+        if self._device.device_type != kDLCPU:
+            extras += f", device={str(self.device)!r}"
+        if self._flags & DLPACK_FLAG_BITMASK_READ_ONLY:
+            extras += ", readonly=True"
+        try:
+            body = f"<{_size_of(self)} elements>" if _size_of(self) > 1000 else repr(self.tolist())
+        except Exception as exc:  # e.g. CUDA data without a driver
+            body = f"<unreadable: {type(exc).__name__}>"
+        return f"Array({body}, shape={self.shape}, dtype={self.dtype.name}{extras})"
 
     def __bool__(self):
         if _size_of(self) != 1:
@@ -350,7 +358,7 @@ cdef Array _host_readable(Array a):
     if not dlpack_ref_device_host_accessible(a._device.device_type):
         a = _copy_to(a, cpu, None)
     elif a._device.device_type != kDLCPU:
-        _cuda().synchronize_for_host(a)
+        _host_wait(a)
     if _is_packed(a._dtype, a._flags):
         out = _empty_dims(a._shape, a._ndim, a._dtype, cpu)
         _host_convert(out, a)

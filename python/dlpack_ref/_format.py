@@ -1,4 +1,4 @@
-"""``repr`` of an Array, and Python-level views of the element codecs.
+"""Python-level views of the element codecs.
 
 The codecs themselves (every dtype to and from every other, Python values
 in and out) are C loops in the core (src/dlref_kernels.h); the functions
@@ -11,7 +11,6 @@ from __future__ import annotations
 from functools import lru_cache
 
 from . import _dlpack_ref as _core
-from ._devices import DeviceType
 from ._dtypes import DType, DTYPES
 
 #: name -> (exponent bits, mantissa bits, bias, special-value style) of the
@@ -48,23 +47,6 @@ def decode(dtype: DType, raw: bytes, count: int, packed: bool) -> list:
 
 def _bf16_decode(code: int) -> float:
     return decode(DTYPES["bfloat16"], code.to_bytes(2, "little"), 1, False)[0]
-
-
-def array_repr(a) -> str:
-    extras = []
-    if a.device.type != DeviceType.CPU:
-        extras.append(f"device={str(a.device)!r}")
-    if a.readonly:
-        extras.append("readonly=True")
-    try:
-        if a.size > 1000:
-            body = f"<{a.size} elements>"
-        else:
-            body = repr(a.tolist())
-    except Exception as exc:  # e.g. CUDA data without a driver
-        body = f"<unreadable: {type(exc).__name__}>"
-    tail = "".join(", " + e for e in extras)
-    return f"Array({body}, shape={a.shape}, dtype={a.dtype.name}{tail})"
 
 
 def _bf16_encode(value: float) -> int:
