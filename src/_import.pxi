@@ -107,13 +107,17 @@ cdef Array _import_plain(object x):
         a = _import_via_exchange_api(<DLPackExchangeAPI*>api, x)
         if a is not None:
             return a
-    if not hasattr(x, "__dlpack__"):
-        raise _not_dlpack(x)
     try:
         capsule = _call_dlpack_versioned(x)
     except TypeError:
+        if not hasattr(x, "__dlpack__"):
+            raise _not_dlpack(x) from None
         # A producer older than DLPack 1.0 rejects max_version.
         capsule = x.__dlpack__()
+    except AttributeError:
+        if not hasattr(x, "__dlpack__"):
+            raise _not_dlpack(x) from None
+        raise
     a = _array_from_capsule(capsule)
     # Asked after __dlpack__, so that its refusals come first, as they
     # would from __dlpack__ alone; `a` owns the tensor already, so any
@@ -122,14 +126,25 @@ cdef Array _import_plain(object x):
     return a
 
 
+cdef object _DLPACK_DEVICE_NAME = "__dlpack_device__"
+
+
+cdef inline bint _is_plain_int(object v):
+    return type(v) is int or (isinstance(v, int) and not isinstance(v, bool))
+
+
 cdef DLDevice _dlpack_device_of(object x) except *:
     """x.__dlpack_device__(), checked: a (device_type, device_id) tuple of two ints."""
-    method = getattr(x, "__dlpack_device__", None)
-    if method is None:
-        raise _not_dlpack(x)
-    answer = method()
-    if type(answer) is not tuple or len(<tuple>answer) != 2 or not all(
-            isinstance(v, int) and not isinstance(v, bool) for v in <tuple>answer):
+    cdef PyObject* args[1]
+    args[0] = <PyObject*>x
+    try:
+        answer = PyObject_VectorcallMethod(_DLPACK_DEVICE_NAME, args, 1, None)
+    except AttributeError:
+        if not hasattr(x, "__dlpack_device__"):
+            raise _not_dlpack(x) from None
+        raise
+    if type(answer) is not tuple or len(<tuple>answer) != 2 or not (
+            _is_plain_int((<tuple>answer)[0]) and _is_plain_int((<tuple>answer)[1])):
         raise TypeError(
             f"{type(x).__name__}.__dlpack_device__() returned {answer!r}; expected a "
             "(device_type, device_id) tuple of two ints")
