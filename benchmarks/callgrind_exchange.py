@@ -1,4 +1,5 @@
-"""Instructions per call of each benchmarked exchange, counted by callgrind.
+"""Instructions per call of each benchmarked exchange and short copy or
+conversion call, counted by callgrind.
 
 Wall-clock timings on a shared machine wander by tens of percent; the number
 of instructions a call executes does not. Each case runs in its own process
@@ -36,6 +37,20 @@ CASES = {
     "dlpack_ref.from_dlpack(torch)": ("import torch, dlpack_ref\nt = torch.zeros(16)", "dlpack_ref.from_dlpack(t)"),
     "tvm_ffi.from_dlpack(torch)": ("import torch, tvm_ffi\nt = torch.zeros(16)", "tvm_ffi.from_dlpack(t)"),
     "torch.from_dlpack(torch)": ("import torch\nt = torch.zeros(16)", "torch.from_dlpack(t)"),
+    # Short calls of the copies-and-conversions issue.
+    "dlpack_ref.asarray(3.0)": ("import dlpack_ref", "dlpack_ref.asarray(3.0)"),
+    "numpy.asarray(3.0)": ("import numpy as np", "np.asarray(3.0)"),
+    "float(Array[1, 2])": ("import dlpack_ref\na = dlpack_ref.asarray([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])", "float(a[1, 2])"),
+    "float(ndarray[1, 2])": ("import numpy as np\nx = np.arange(6.0).reshape(2, 3)", "float(x[1, 2])"),
+    "Array.to_device('cpu')": ("import dlpack_ref\na = dlpack_ref.zeros(16)", "a.to_device('cpu')"),
+    "ndarray.to_device('cpu')": ("import numpy as np\nx = np.zeros(16)", "x.to_device('cpu')"),
+    "dlpack_ref.from_dlpack(numpy, device='cpu')": ("import numpy as np, dlpack_ref\nx = np.zeros(16)",
+        "dlpack_ref.from_dlpack(x, device='cpu')"),
+    "numpy.from_dlpack(numpy, device='cpu')": ("import numpy as np\nx = np.zeros(16)", "np.from_dlpack(x, device='cpu')"),
+    "Array.copy() 1 KiB": ("import dlpack_ref\na = dlpack_ref.zeros(128)", "a.copy()"),
+    "ndarray.copy() 1 KiB": ("import numpy as np\nx = np.zeros(128)", "x.copy()"),
+    "dlpack_ref.from_dlpack(torch) ndim 64": ("import torch, dlpack_ref\nt = torch.zeros((1,) * 64)", "dlpack_ref.from_dlpack(t)"),
+    "tvm_ffi.from_dlpack(torch) ndim 64": ("import torch, tvm_ffi\nt = torch.zeros((1,) * 64)", "tvm_ffi.from_dlpack(t)"),
 }
 
 # The issue's targets: (case, reference case, most allowed ratio).
@@ -46,6 +61,12 @@ TARGETS = [
     ("numpy.from_dlpack(dlpack_ref)", "numpy.from_dlpack(numpy)", 1.1),
     ("dlpack_ref.from_dlpack(torch)", "tvm_ffi.from_dlpack(torch)", 1.0),
     ("dlpack_ref.from_dlpack(torch)", "torch.from_dlpack(torch)", 0.1),
+    ("dlpack_ref.asarray(3.0)", "numpy.asarray(3.0)", 3.0),
+    ("float(Array[1, 2])", "float(ndarray[1, 2])", 3.0),
+    ("Array.to_device('cpu')", "ndarray.to_device('cpu')", 3.0),
+    ("dlpack_ref.from_dlpack(numpy, device='cpu')", "numpy.from_dlpack(numpy, device='cpu')", 3.0),
+    ("Array.copy() 1 KiB", "ndarray.copy() 1 KiB", 1.1),
+    ("dlpack_ref.from_dlpack(torch) ndim 64", "tvm_ffi.from_dlpack(torch) ndim 64", 1.0),
 ]
 
 # The loop runs inside map(): callgrind collects only inside map_next (with

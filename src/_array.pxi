@@ -78,7 +78,7 @@ cdef class Array:
 
     @property
     def nbytes(self):
-        return (_size_of(self) * dlpack_ref_storage_bits(self._dtype, self._flags) + 7) // 8
+        return _nbytes_of(self)
 
     @property
     def itemsize(self):
@@ -145,35 +145,35 @@ cdef class Array:
         return self._shape[0]
 
     def __repr__(self):
-        from dlpack_ref._format import array_repr
-        return array_repr(self)
+        extras = ""
+        if self._device.device_type != kDLCPU:
+            extras += f", device={str(self.device)!r}"
+        if self._flags & DLPACK_FLAG_BITMASK_READ_ONLY:
+            extras += ", readonly=True"
+        try:
+            body = f"<{_size_of(self)} elements>" if _size_of(self) > 1000 else repr(self.tolist())
+        except Exception as exc:  # e.g. CUDA data without a driver
+            body = f"<unreadable: {type(exc).__name__}>"
+        return f"Array({body}, shape={self.shape}, dtype={self.dtype.name}{extras})"
 
     def __bool__(self):
         if _size_of(self) != 1:
             raise ValueError(f"the truth value of an Array with {_size_of(self)} elements is ambiguous")
-        return bool(self._scalar())
+        return bool(_scalar_of(self))
 
     def __int__(self):
-        return int(self._scalar())
+        return int(_scalar_of(self))
 
     def __float__(self):
-        return float(self._scalar())
+        return float(_scalar_of(self))
 
     def __complex__(self):
-        return complex(self._scalar())
+        return complex(_scalar_of(self))
 
     def __index__(self):
         if self._dtype.code != kDLInt and self._dtype.code != kDLUInt:
             raise TypeError(f"only integer Arrays can be used as an index, not {self.dtype}")
-        return int(self._scalar())
-
-    def _scalar(self):
-        if _size_of(self) != 1:
-            raise TypeError(f"only size-1 Arrays convert to Python scalars; this one has shape {self.shape}")
-        value = self.tolist()
-        while isinstance(value, list):
-            value = value[0]
-        return value
+        return int(_scalar_of(self))
 
     def __reduce__(self):
         raise TypeError("Array does not pickle; exchange it through DLPack or copy it with tolist()")
@@ -209,6 +209,8 @@ cdef class Array:
     # --- indexing ----------------------------------------------------------
 
     def __getitem__(self, key):
+        if type(key) is tuple and len(<tuple>key) == self._ndim:
+            return _integer_index(self, <tuple>key)
         return _basic_index(self, key)
 
     def __setitem__(self, key, value):
@@ -218,12 +220,12 @@ cdef class Array:
         cdef Array src
         if isinstance(value, Array):
             src = value
+            if not _same_dtype(src._dtype, dst._dtype):
+                src = _converted(src, dst._dtype)
+        elif hasattr(value, "__dlpack__") or _has_buffer(value):
+            src = _converted(_as_array(value), dst._dtype)
         else:
-            from dlpack_ref._creation import asarray
-            src = asarray(value, dtype=dst.dtype)
-        if src._dtype.code != dst._dtype.code or src._dtype.bits != dst._dtype.bits or src._dtype.lanes != dst._dtype.lanes:
-            from dlpack_ref._creation import asarray
-            src = asarray(src.tolist(), dtype=dst.dtype)
+            src = _from_python(value, dst._dtype)
         _assign(dst, src)
 
     # --- copies and transfers ---------------------------------------------
@@ -250,8 +252,13 @@ cdef class Array:
 
     def tolist(self):
         """Nested Python lists of Python scalars (a scalar for 0-d)."""
-        from dlpack_ref._format import to_list
-        return to_list(self)
+        cdef Array c = _host_readable(self)
+        cdef int64_t strides[DLPACK_REF_MAX_NDIM]
+        cdef int64_t itemsize = dlpack_ref_storage_bits(c._dtype, c._flags) // 8
+        cdef int i
+        for i in range(c._ndim):
+            strides[i] = c._strides[i] * itemsize
+        return dlref_tolist(c._data, strides, c._shape, c._ndim, _type_id(c._dtype))
 
     def _host_bytes(self):
         """The elements in C order as bytes (copied to the host if needed)."""
@@ -262,7 +269,7 @@ cdef class Array:
             c = self.copy()
         else:
             _host_wait(self)
-        return (<char*>c._data)[:(_size_of(c) * dlpack_ref_storage_bits(c._dtype, c._flags) + 7) // 8]
+        return (<char*>c._data)[:_nbytes_of(c)]
 
 
 # Array.__new__(Array) from Python would make an Array with NULL data, dtype
@@ -289,6 +296,199 @@ dlref_refuse_python_new(Array)
 
 
 # --- small helpers of the Array --------------------------------------------
+
+# Below this many elements a copy or conversion keeps the GIL (releasing it
+# costs more than the work).
+cdef enum:
+    _NOGIL_ELEMENTS = 1 << 14
+
+
+cdef inline int _type_id(DLDataType dt) noexcept nogil:
+    return dlref_type_id(dt.code, dt.bits, dt.lanes)
+
+
+cdef inline bint _same_dtype(DLDataType a, DLDataType b) noexcept nogil:
+    return a.code == b.code and a.bits == b.bits and a.lanes == b.lanes
+
+
+cdef inline int64_t _nbytes_of(Array a) noexcept:
+    return dlpack_ref_nbytes(_size_of(a), dlpack_ref_storage_bits(a._dtype, a._flags))
+
+
+cdef dict _dldtype_cache = {}
+
+cdef DLDataType _dldtype(object dtype) except *:
+    """The DLDataType of anything as_dtype accepts (cached per hashable key)."""
+    cdef DLDataType dt
+    try:
+        triple = _dldtype_cache.get(dtype)
+    except TypeError:
+        triple = None
+    if triple is None:
+        triple = _as_dtype(dtype).__dlpack_data_type__()
+        try:
+            _dldtype_cache[dtype] = triple
+        except TypeError:
+            pass
+    dt.code = <uint8_t>triple[0]
+    dt.bits = <uint8_t>triple[1]
+    dt.lanes = <uint16_t>triple[2]
+    return dt
+
+
+cdef dict _dtype_names = {}
+
+cdef bytes _dtype_name_bytes(DLDataType dt):
+    """The dtype's name for the kernels' messages (cached)."""
+    cdef uint32_t key = (<uint32_t>dt.code << 24) | (<uint32_t>dt.bits << 16) | dt.lanes
+    name = _dtype_names.get(key)
+    if name is None:
+        name = _dtype_from_triple(dt.code, dt.bits, dt.lanes).name.encode()
+        _dtype_names[key] = name
+    return name
+
+
+cdef Array _host_readable(Array a):
+    """a itself when the host may read it now, else a host copy (packed
+    sub-byte data is unpacked to one code per byte)."""
+    cdef DLDevice cpu
+    cpu.device_type = kDLCPU
+    cpu.device_id = 0
+    cdef Array out
+    if not dlpack_ref_device_host_accessible(a._device.device_type):
+        a = _copy_to(a, cpu, None)
+    elif a._device.device_type != kDLCPU:
+        _host_wait(a)
+    if _is_packed(a._dtype, a._flags):
+        out = _empty_dims(a._shape, a._ndim, a._dtype, cpu)
+        _host_convert(out, a)
+        return out
+    return a
+
+
+cdef object _scalar_of(Array a):
+    if _size_of(a) != 1:
+        raise TypeError(f"only size-1 Arrays convert to Python scalars; this one has shape {a.shape}")
+    cdef Array c = _host_readable(a)
+    return dlref_element_object(_type_id(c._dtype), c._data)
+
+
+cdef Array _integer_index(Array a, tuple key):
+    """a[i, j, ...] with one int per axis: a 0-d view, without the general
+    indexing walk. Other keys of that length go to _basic_index."""
+    cdef int i
+    cdef int64_t offset = 0
+    cdef int64_t size, idx
+    for k in key:
+        if type(k) is not int:
+            return _basic_index(a, key)
+    if _is_packed(a._dtype, a._flags):
+        return _basic_index(a, key)
+    for i in range(a._ndim):
+        k = key[i]
+        size = a._shape[i]
+        if not -size <= k < size:
+            raise IndexError(f"index {k} is out of bounds for axis {i} with size {size}")
+        idx = k
+        if idx < 0:
+            idx += size
+        offset += idx * a._strides[i]
+    cdef Array v = _view(a, 0)
+    v._data = a._data + offset * (dlpack_ref_storage_bits(a._dtype, a._flags) // 8)
+    return v
+
+
+cdef Array _as_array(object obj):
+    """A zero-copy Array of a DLPack or buffer-protocol object."""
+    if isinstance(obj, Array):
+        return obj
+    if hasattr(obj, "__dlpack__"):
+        return _import_plain(obj)
+    return _from_buffer(obj)
+
+
+cdef Array _from_python(object obj, DLDataType dt, bint infer=False):
+    """A new host Array of a Python scalar or nested list/tuple, written in C
+    (dtype inferred when infer: bool, int64, float64 or complex128)."""
+    cdef int64_t shape[DLPACK_REF_MAX_NDIM]
+    cdef int kind = DLREF_KIND_NONE
+    cdef int nd = dlref_seq_shape(obj, shape)
+    cdef DLDevice cpu
+    cpu.device_type = kDLCPU
+    cpu.device_id = 0
+    dlref_seq_check(obj, 0, nd, shape, &kind)
+    if infer:
+        dt.lanes = 1
+        if kind == DLREF_KIND_OF_BOOL:
+            dt.code = kDLBool; dt.bits = 8
+        elif kind == DLREF_KIND_OF_INT:
+            dt.code = kDLInt; dt.bits = 64
+        elif kind == DLREF_KIND_OF_COMPLEX:
+            dt.code = kDLComplex; dt.bits = 128
+        else:
+            dt.code = kDLFloat; dt.bits = 64
+    cdef int out_nd = nd
+    if dt.lanes > 1:
+        if nd == 0 or shape[nd - 1] != dt.lanes:
+            raise ValueError(
+                f"a {_dtype_from_triple(dt.code, dt.bits, dt.lanes)} element is a sequence of {dt.lanes} "
+                f"values (one per lane); got a sequence of shape {tuple([shape[i] for i in range(nd)])}")
+        out_nd = nd - 1
+    cdef Array a = _empty_dims(shape, out_nd, dt, cpu)
+    name = _dtype_name_bytes(dt)
+    dlref_seq_fill(obj, nd, a._data, _type_id(dt), name)
+    return a
+
+
+def _from_values(obj, dtype=None):
+    """A new host Array of a Python scalar or a nested list/tuple (for
+    asarray): shape and dtype found in one walk, values written in C."""
+    cdef DLDataType dt
+    if dtype is None:
+        return _from_python(obj, dt, True)
+    return _from_python(obj, _dldtype(dtype))
+
+
+def _copied(obj):
+    """A C-contiguous host copy of a DLPack producer's host data (for
+    asarray(..., copy=True)); None when the data is not on the CPU."""
+    cdef DLDevice cpu
+    cpu.device_type = kDLCPU
+    cpu.device_id = 0
+    cdef Array a = obj if isinstance(obj, Array) else _import_plain(obj)
+    if a._device.device_type != kDLCPU:
+        return None
+    return _copy_to(a, cpu, None)
+
+
+def _astype(Array a, dtype):
+    """A C-contiguous copy of ``a`` converted to ``dtype`` on a's device."""
+    return _converted(a, _dldtype(dtype))
+
+
+def _from_bytes(const unsigned char[::1] data not None, dtype, int64_t count, bint padded=True):
+    """A 1-d host Array of ``count`` elements whose storage is ``data``
+    (sub-byte types one code per byte when ``padded``, else packed)."""
+    cdef DLDevice cpu
+    cpu.device_type = kDLCPU
+    cpu.device_id = 0
+    cdef Array a = _empty((count,), _dldtype(dtype), cpu, padded)
+    cdef int64_t n = _nbytes_of(a)
+    if data.shape[0] != n:
+        raise ValueError(f"{count} elements of {a.dtype} take {n} bytes, got {data.shape[0]}")
+    if n:
+        memcpy(a._data, &data[0], <size_t>n)
+    return a
+
+
+def _minifloat_params():
+    """name -> (exponent bits, mantissa bits, bias, style) of the float8/6/4
+    types, from the kernels' table."""
+    return {(<bytes>dlref_minifloats[i].name).decode(): (
+        dlref_minifloats[i].exp_bits, dlref_minifloats[i].man_bits, dlref_minifloats[i].bias,
+        (<bytes>dlref_style_names[dlref_minifloats[i].style]).decode()) for i in range(11)}
+
+
 
 cdef inline Array _new_array(int32_t ndim):
     cdef Array a = Array.__new__(Array)
@@ -431,20 +631,31 @@ cdef Array _empty(tuple shape, DLDataType dt, DLDevice device, bint padded_subby
     cdef int32_t nd = len(shape)
     if nd > DLPACK_REF_MAX_NDIM:
         raise ValueError(f"ndim={nd} exceeds the maximum of {DLPACK_REF_MAX_NDIM}")
-    dlpack_check_dtype(dt)
-    cdef Array a = _new_array(nd)
+    cdef int64_t dims[DLPACK_REF_MAX_NDIM]
     cdef int i
     for i in range(nd):
         if not -INT64_MAX <= shape[i] <= INT64_MAX:
             raise ValueError(f"dimension {shape[i]} in shape {shape!r} does not fit int64")
-        a._shape[i] = shape[i]
+        dims[i] = shape[i]
+    return _empty_dims(dims, nd, dt, device, padded_subbyte)
+
+
+cdef Array _empty_dims(const int64_t* dims, int32_t nd, DLDataType dt, DLDevice device, bint padded_subbyte=True):
+    """_empty of a shape given as a C array (no tuple made: copies of
+    existing Arrays call this)."""
+    dlpack_check_dtype(dt)
+    cdef Array a = _new_array(nd)
+    cdef int i
+    for i in range(nd):
+        a._shape[i] = dims[i]
     # The documented rule: the product of the extents fits int64 (an empty
     # shape's product is 0, whatever its other extents).
     cdef int64_t n = dlpack_ref_element_count(a._shape, nd)
     if n == -1:
-        raise ValueError(f"negative dimension {min(shape)} in shape {shape!r}")
+        raise ValueError(f"negative dimension {min([dims[j] for j in range(nd)])} in shape "
+                         f"{tuple([dims[j] for j in range(nd)])!r}")
     if n == -2:
-        raise ValueError(f"shape {shape!r} has more elements than fit in int64")
+        raise ValueError(f"shape {tuple([dims[j] for j in range(nd)])!r} has more elements than fit in int64")
     _set_c_strides(a)
     a._dtype = dt
     a._device = device
@@ -452,12 +663,12 @@ cdef Array _empty(tuple shape, DLDataType dt, DLDevice device, bint padded_subby
         a._flags = DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED
     cdef int64_t bits = dlpack_ref_storage_bits(dt, a._flags)
     if n > (INT64_MAX - 7) // bits:
-        raise ValueError(f"shape {shape!r} needs more than 2**63 bytes")
-    cdef size_t nbytes = <size_t>((n * bits + 7) // 8)
+        raise ValueError(f"shape {tuple([dims[j] for j in range(nd)])!r} needs more than 2**63 bytes")
+    cdef size_t nbytes = <size_t>dlpack_ref_nbytes(n, bits)
     if device.device_type == kDLCPU:
         a._host_alloc = dlref_aligned_alloc(nbytes)
         if a._host_alloc == NULL:
-            raise MemoryError(f"cannot allocate {nbytes} bytes for an Array of shape {shape!r}")
+            raise MemoryError(f"cannot allocate {nbytes} bytes for an Array of shape {tuple([dims[j] for j in range(nd)])!r}")
         a._data = <char*>a._host_alloc
     elif dlpack_ref_device_supported(device.device_type):
         owner = _cuda().allocate(_device_object(device), nbytes)
@@ -482,7 +693,8 @@ cdef Array _copy_to(Array src, DLDevice target, object stream):
         # host memory, so the Array says CPU.
         memory.device_type = kDLCUDAHost
         memory.device_id = 0
-    cdef Array dst = _empty(src.shape, src._dtype, memory, (src._flags & DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED) != 0)
+    cdef Array dst = _empty_dims(src._shape, src._ndim, src._dtype, memory,
+                                 (src._flags & DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED) != 0)
     dst._device = target
     if src._device.device_type == kDLCPU and target.device_type == kDLCPU:
         _host_copy(dst, src)
@@ -503,15 +715,62 @@ cdef int _host_copy(Array dst, Array src) except -1:
     if bits < 8:
         if not (_is_c_contiguous(src) and _is_c_contiguous(dst)):
             raise BufferError(f"strided copies of packed sub-byte {src.dtype} data are not supported")
-        memcpy(dst._data, src._data, <size_t>((_size_of(src) * bits + 7) // 8))
+        memcpy(dst._data, src._data, <size_t>_nbytes_of(src))
         return 0
     itemsize = bits // 8
     for i in range(src._ndim):
         dst_b[i] = dst._strides[i] * itemsize
         src_b[i] = src._strides[i] * itemsize
-    with nogil:
+    if _size_of(src) < _NOGIL_ELEMENTS:
         dlref_strided_copy(dst._data, dst_b, src._data, src_b, src._shape, src._ndim, <size_t>itemsize)
+    else:
+        with nogil:
+            dlref_strided_copy(dst._data, dst_b, src._data, src_b, src._shape, src._ndim, <size_t>itemsize)
     return 0
+
+
+cdef int _host_convert(Array dst, Array src) except -1:
+    """Copy src into dst (same shape, host memory, dst not packed) changing
+    the dtype element by element in C (src/dlref_kernels.h)."""
+    cdef int64_t src_bits = dlpack_ref_storage_bits(src._dtype, src._flags)
+    cdef int64_t dst_item = dlpack_ref_storage_bits(dst._dtype, dst._flags) // 8
+    cdef int64_t dst_b[DLPACK_REF_MAX_NDIM]
+    cdef int64_t src_b[DLPACK_REF_MAX_NDIM]
+    cdef int64_t refused
+    cdef int i
+    cdef int dt = _type_id(dst._dtype)
+    cdef int st = _type_id(src._dtype)
+    if src_bits < 8 and not _is_c_contiguous(src):
+        raise BufferError(f"strided conversions of packed sub-byte {src.dtype} data are not supported")
+    for i in range(src._ndim):
+        dst_b[i] = dst._strides[i] * dst_item
+        src_b[i] = src._strides[i] * (src_bits // 8)
+    if _size_of(src) < _NOGIL_ELEMENTS:
+        refused = dlref_convert(dst._data, dst_b, dt, src._data, src_b, st, <int>src_bits, src._shape, src._ndim)
+    else:
+        with nogil:
+            refused = dlref_convert(dst._data, dst_b, dt, src._data, src_b, st, <int>src_bits, src._shape, src._ndim)
+    if refused < 0:
+        raise TypeError(f"no element conversion from {src.dtype} to {dst.dtype}: a {src.dtype if src._dtype.lanes > 1 else dst.dtype} "
+                        "element holds several values (one per lane)")
+    if refused:
+        raise ValueError(f"{dst.dtype} has no NaN: {refused} NaN value(s) cannot be stored")
+    return 0
+
+
+cdef Array _converted(Array src, DLDataType dt):
+    """src as a new C-contiguous Array of dtype dt on src's device (a copy)."""
+    cdef DLDevice cpu
+    cpu.device_type = kDLCPU
+    cpu.device_id = 0
+    cdef Array host = _host_readable(src)
+    cdef Array out = _empty_dims(src._shape, src._ndim, dt, cpu)
+    _host_convert(out, host)
+    if src._device.device_type != kDLCPU:
+        return _copy_to(out, src._device, None)
+    return out
+
+
 
 
 cdef int _assign(Array dst, Array src) except -1:
@@ -661,17 +920,6 @@ cdef Array _basic_index(Array a, object key):
     return v
 
 
-def _write_host_bytes(Array a, const unsigned char[::1] data not None):
-    """Fill a freshly allocated C-contiguous host Array from raw bytes."""
-    cdef size_t n = <size_t>((_size_of(a) * dlpack_ref_storage_bits(a._dtype, a._flags) + 7) // 8)
-    if <size_t>data.shape[0] != n:
-        raise ValueError(f"expected {n} bytes, got {data.shape[0]}")
-    if not dlpack_ref_device_host_accessible(a._device.device_type) or not _is_c_contiguous(a):
-        raise BufferError("raw writes need a C-contiguous host Array")
-    if n:
-        memcpy(a._data, &data[0], n)
-
-
 def empty(shape, *, dtype=None, device=None):
     """An uninitialized C-contiguous Array (host memory 256-byte aligned).
     ``dtype`` defaults to float64, ``device`` to the CPU."""
@@ -704,7 +952,7 @@ cdef tuple _shape_tuple(object shape):
 
 def _fill_zero(Array a):
     """Set every byte of a freshly allocated C-contiguous Array to zero."""
-    cdef size_t n = <size_t>((_size_of(a) * dlpack_ref_storage_bits(a._dtype, a._flags) + 7) // 8)
+    cdef size_t n = <size_t>_nbytes_of(a)
     if a._device.device_type == kDLCPU:
         memset(a._data, 0, n)
     else:

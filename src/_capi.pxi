@@ -1,65 +1,29 @@
-# C-only helpers: aligned host memory and strided copies (no Python objects,
-# callable without the GIL), and the C trampolines of dlpack_ref.testing.
+# C helpers: aligned host memory, strided copies and dtype conversions (the
+# kernels of src/dlref_kernels.h), and the C trampolines of dlpack_ref.testing.
 
-cdef extern from *:
-    """
-    #include <stdlib.h>
-    #include <string.h>
-    #include <stdint.h>
-    #if defined(_WIN32)
-    #include <malloc.h>
-    static void* dlref_aligned_alloc(size_t n) { return _aligned_malloc(n ? n : 1, 256); }
-    static void dlref_aligned_free(void* p) { _aligned_free(p); }
-    #else
-    static void* dlref_aligned_alloc(size_t n) {
-        void* p = NULL;
-        if (posix_memalign(&p, 256, n ? n : 1) != 0) return NULL;
-        return p;
-    }
-    static void dlref_aligned_free(void* p) { free(p); }
-    #endif
-
-    /* Copy an n-d strided array of `itemsize`-byte elements into another;
-       strides in bytes. Dimensions are walked with counters (no recursion);
-       the innermost dimension becomes one memcpy when both sides are dense
-       along it. */
-    static void dlref_strided_copy(char* dst, const int64_t* dst_strides,
-                                   const char* src, const int64_t* src_strides,
-                                   const int64_t* shape, int ndim, size_t itemsize) {
-        int64_t index[64];
-        int64_t total = 1;
-        int d;
-        for (d = 0; d < ndim; ++d) { total *= shape[d]; index[d] = 0; }
-        if (total == 0) return;
-        if (ndim == 0) { memcpy(dst, src, itemsize); return; }
-        int inner = ndim - 1;
-        int64_t n_inner = shape[inner];
-        int dense = (dst_strides[inner] == (int64_t)itemsize && src_strides[inner] == (int64_t)itemsize);
-        int64_t rows = total / (n_inner ? n_inner : 1);
-        for (int64_t r = 0; r < rows; ++r) {
-            int64_t doff = 0, soff = 0;
-            for (d = 0; d < inner; ++d) { doff += index[d] * dst_strides[d]; soff += index[d] * src_strides[d]; }
-            if (dense) {
-                memcpy(dst + doff, src + soff, (size_t)n_inner * itemsize);
-            } else {
-                char* dp = dst + doff; const char* sp = src + soff;
-                for (int64_t i = 0; i < n_inner; ++i) {
-                    memcpy(dp, sp, itemsize);
-                    dp += dst_strides[inner]; sp += src_strides[inner];
-                }
-            }
-            for (d = inner - 1; d >= 0; --d) {
-                if (++index[d] < shape[d]) break;
-                index[d] = 0;
-            }
-        }
-    }
-    """
+# Rounding rules: docs/semantics.md, "Conversions".
+cdef extern from "dlref_kernels.h":
     void* dlref_aligned_alloc(size_t n) nogil
     void dlref_aligned_free(void* p) nogil
-    void dlref_strided_copy(char* dst, const int64_t* dst_strides, const char* src,
-                            const int64_t* src_strides, const int64_t* shape, int ndim,
-                            size_t itemsize) nogil
+    int dlref_strided_copy(char* dst, const int64_t* dst_strides, const char* src,
+                           const int64_t* src_strides, const int64_t* shape, int ndim,
+                           size_t itemsize) nogil
+    int dlref_type_id(int code, int bits, int lanes) nogil
+    int64_t dlref_convert(char* dst, const int64_t* dst_strides, int dt, const char* src,
+                          const int64_t* src_strides, int st, int src_bits, const int64_t* shape,
+                          int ndim) nogil
+    int dlref_seq_shape(object obj, int64_t* shape) except -1
+    int dlref_seq_check(object o, int depth, int ndim, const int64_t* shape, int* kind) except -1
+    int dlref_seq_fill(object obj, int ndim, char* data, int tid, const char* name) except -1
+    object dlref_element_object(int t, const char* p)
+    object dlref_tolist(const char* data, const int64_t* strides, const int64_t* shape, int ndim, int t)
+    ctypedef struct dlref_minifloat:
+        const char* name
+        int exp_bits, man_bits, bias, style
+    const dlref_minifloat* dlref_minifloats
+    const char* const* dlref_style_names
+    enum:
+        DLREF_KIND_NONE, DLREF_KIND_OF_BOOL, DLREF_KIND_OF_INT, DLREF_KIND_OF_FLOAT, DLREF_KIND_OF_COMPLEX
 
 
 # --- hooks for dlpack_ref.testing --------------------------------------------

@@ -33,6 +33,10 @@ cdef DLDevice _parse_device(object device) except *:
     """A DLDevice from anything as_device accepts; the common (type, id)
     tuples of ints skip the Python layer."""
     cdef DLDevice d
+    if type(device) is str and <str>device == "cpu":
+        d.device_type = kDLCPU
+        d.device_id = 0
+        return d
     if type(device) is tuple and len(<tuple>device) == 2:
         t, i = <tuple>device
         if type(t) is int or isinstance(t, _DeviceType):

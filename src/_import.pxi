@@ -198,6 +198,10 @@ def from_dlpack(x, /, *, device=None, copy=None):
     cdef Array a
     if have_target:
         target = _parse_device(device)
+        if copy is None and type(x) is Array and _stream_contexts == 0 and target.device_type == kDLCPU \
+                and (<Array>x)._device.device_type == kDLCPU:
+            # One of ours, on the host, asked for on the host: nothing to move.
+            return _alias(<Array>x)
     if PyCapsule_CheckExact(x):
         a = _array_from_capsule(x)
         return _finish_import(a, target if have_target else a._device, copy, False)

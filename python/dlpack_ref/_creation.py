@@ -1,19 +1,39 @@
-"""Creation functions: ``asarray`` and ``zeros`` (``empty`` lives in the core)."""
+"""Creation functions: ``asarray`` and ``zeros`` (``empty`` lives in the core).
+
+Every value conversion happens in the core's C kernels (src/dlref_kernels.h):
+nested sequences and scalars are read in one walk and written straight into
+the result, dtype changes run element loops over the strided source.
+"""
 
 from __future__ import annotations
 
 from . import _dlpack_ref as _core
 from ._devices import as_device
-from ._dtypes import as_dtype, DTYPES
-from ._format import encode
+from ._dtypes import as_dtype
 
 Array = _core.Array
 CopyForbiddenError = _core.CopyForbiddenError
 
+_PYTHON_VALUES = (float, int, bool, complex, list, tuple)
+
 
 def zeros(shape, *, dtype=None, device=None):
-    """A C-contiguous Array of zeros (all-zero bytes, which is 0 for every
-    DLPack dtype except float8_e8m0fnu, where it is 2**-127)."""
+    """A C-contiguous Array of zeros.
+
+    Parameters
+    ----------
+    shape : int or sequence of int
+    dtype : dtype-like, optional
+        float64 by default.
+    device : device-like, optional
+        The CPU by default.
+
+    Returns
+    -------
+    Array
+        All-zero bytes, which is 0 for every DLPack dtype except
+        float8_e8m0fnu, where it is 2**-127.
+    """
     a = _core.empty(shape, dtype=dtype, device=device)
     _core._fill_zero(a)
     return a
@@ -23,17 +43,55 @@ def asarray(obj, /, *, dtype=None, device=None, copy=None):
     """An Array from a DLPack object, a buffer-protocol object, a Python
     scalar or a nested sequence.
 
-    ``copy=None`` shares memory when it can; ``copy=True`` always copies;
-    ``copy=False`` never does (CopyForbiddenError, a ValueError and a
-    BufferError, when a copy is needed, which Python scalars and sequences
-    and any dtype change always need).
+    Parameters
+    ----------
+    obj : object
+        A DLPack producer, a buffer, a Python scalar or nested lists/tuples.
+    dtype : dtype-like, optional
+        Converted to when given (a copy); inferred otherwise (bool, int64,
+        float64 or complex128 for Python values).
+    device : device-like, optional
+        Where the result must live.
+    copy : bool or None
+        None shares memory when it can; True always copies; False never does.
+
+    Returns
+    -------
+    Array
+
+    Raises
+    ------
+    CopyForbiddenError
+        ``copy=False`` and a copy is needed (Python values and any dtype
+        change always need one); it is a ValueError and a BufferError.
+    ValueError
+        A ragged or too deeply nested sequence (more than 64 levels, which
+        a list containing itself always is), or NaN into a type without NaN.
+    TypeError
+        An object of none of these kinds, or a value the dtype cannot hold
+        without losing it (a float into an integer dtype).
+    OverflowError
+        A Python int out of the integer dtype's range.
     """
+    if type(obj) in _PYTHON_VALUES:
+        if copy is False:
+            raise CopyForbiddenError(
+                f"copy=False, but an Array made from a {type(obj).__name__} always needs a copy")
+        if copy is not None and copy is not True:
+            raise TypeError(f"copy must be True, False or None, not {copy!r}")
+        a = _core._from_values(obj, dtype)
+        return a if device is None else a.to_device(device)
     if copy is not None and not isinstance(copy, bool):
         raise TypeError(f"copy must be True, False or None, not {copy!r}")
     want = None if dtype is None else as_dtype(dtype)
     if isinstance(obj, Array) or hasattr(obj, "__dlpack__"):
+        if copy is True and device is None:
+            # Host data is copied here, by the core's copy routine.
+            a = _core._copied(obj) if want is None else None
+            if a is not None:
+                return a
         if isinstance(obj, Array) and copy is not True and (want is None or want == obj.dtype) and (
-                device is None or _same_device(obj, device)):
+                device is None or as_device(device) == obj.device):
             return obj
         a = _core.from_dlpack(obj, device=device, copy=copy if want is None or want == _dtype_of(obj) else None)
         return _cast(a, want, copy)
@@ -49,16 +107,8 @@ def asarray(obj, /, *, dtype=None, device=None, copy=None):
     if copy is False:
         raise CopyForbiddenError(
             f"copy=False, but an Array made from a {type(obj).__name__} always needs a copy")
-    flat, shape = _flatten(obj)
-    if want is None:
-        want = _infer_dtype(flat)
-    if want.lanes > 1:
-        flat, shape = _fold_lanes(flat, shape, want)
-    a = _core.empty(shape, dtype=want)
-    _core._write_host_bytes(a, encode(want, flat))
-    if device is not None:
-        a = a.to_device(device)
-    return a
+    a = _core._from_values(obj, want)
+    return a if device is None else a.to_device(device)
 
 
 def _dtype_of(obj):
@@ -68,22 +118,12 @@ def _dtype_of(obj):
         return None
 
 
-def _same_device(a, device):
-    return as_device(device) == a.device
-
-
 def _cast(a, want, copy):
     if want is None or want == a.dtype:
         return a
     if copy is False:
         raise CopyForbiddenError(f"copy=False, but converting {a.dtype} to {want} needs a copy")
-    out = _core.empty(a.shape, dtype=want)
-    values = a.tolist()
-    flat, _ = _flatten(values) if a.ndim else ([values], ())
-    _core._write_host_bytes(out, encode(want, flat))
-    if a.device.type != 1:
-        out = out.to_device(a.device)
-    return out
+    return _core._astype(a, want)
 
 
 def _has_buffer(obj) -> bool:
@@ -94,48 +134,3 @@ def _has_buffer(obj) -> bool:
         return False
     return _core._has_buffer(obj)
 
-
-def _flatten(obj):
-    """(flat list of scalars, shape) of a nested sequence; ValueError when ragged."""
-    if isinstance(obj, (bool, int, float, complex)) or _is_scalar_like(obj):
-        return [obj], ()
-    if not isinstance(obj, (list, tuple)):
-        raise TypeError(
-            f"asarray cannot read a {type(obj).__name__}: expected a DLPack object, a buffer, "
-            "a Python scalar or a nested sequence")
-    if not obj:
-        return [], (0,)
-    parts = [_flatten(x) for x in obj]
-    inner = parts[0][1]
-    for _, s in parts:
-        if s != inner:
-            raise ValueError(f"ragged nested sequence: sub-shapes {inner} and {s} differ")
-    flat = [v for p, _ in parts for v in p]
-    return flat, (len(obj),) + inner
-
-
-def _fold_lanes(flat, shape, dtype):
-    """Vector dtypes (float4_e2m1fn_x2): tolist() gives each element as a
-    tuple of its lanes, so the innermost axis of a sequence holds the lanes."""
-    if not shape or shape[-1] != dtype.lanes:
-        raise ValueError(
-            f"a {dtype} element is a sequence of {dtype.lanes} values (one per lane); "
-            f"got a sequence of shape {shape}")
-    lanes = dtype.lanes
-    return [tuple(flat[i:i + lanes]) for i in range(0, len(flat), lanes)], shape[:-1]
-
-
-def _is_scalar_like(obj) -> bool:
-    return hasattr(obj, "__index__") or hasattr(obj, "__float__") and not hasattr(obj, "__len__")
-
-
-def _infer_dtype(flat):
-    if flat and all(isinstance(v, bool) for v in flat):
-        return DTYPES["bool"]
-    if any(isinstance(v, complex) for v in flat):
-        return DTYPES["complex128"]
-    if any(isinstance(v, float) for v in flat) or not flat:
-        return DTYPES["float64"]
-    if all(isinstance(v, int) or hasattr(v, "__index__") for v in flat):
-        return DTYPES["int64"]
-    return DTYPES["float64"]

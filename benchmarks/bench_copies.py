@@ -1,0 +1,247 @@
+"""Copies and dtype conversions side by side with NumPy, torch and ml_dtypes,
+in one process, the compared calls interleaved (benchmarks/interleave.py).
+
+    python benchmarks/bench_copies.py [--quick] [--big] [--json PATH] [--png PATH]
+
+Prints every case with its reference, the measured ratio and the target of
+the copies-and-conversions issue, the peak memory of conversions (VmHWM of
+this process, reset before each), and saves benchmarks/results/copies.json
+and a chart benchmarks/results/copies.png. ``--big`` adds the 1 GiB copies
+(about 4 GiB of memory). Instruction counts of the short calls:
+benchmarks/callgrind_exchange.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import array
+import gc
+import json
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+from interleave import compare  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+import dlpack_ref as dr  # noqa: E402
+
+try:
+    import torch
+except ImportError:  # the torch references are left out
+    torch = None
+try:
+    import ml_dtypes
+except ImportError:
+    ml_dtypes = None
+
+KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
+
+
+def copy_cases(big: bool) -> list:
+    """(group, case, ours, {reference name: call}, target ratio)."""
+    cases = []
+    for size in [KIB, MIB, 64 * MIB] + ([GIB] if big else []):
+        n = np.ones(size // 8)
+        a = dr.from_dlpack(n)
+        label = f"{size // MIB} MiB" if size >= MIB else "1 KiB"
+        cases.append(("contiguous copy", f"Array.copy() {label}", a.copy, {"numpy": n.copy}, 1.1))
+        cases.append(("contiguous copy", f"asarray(ndarray, copy=True) {label}",
+                      lambda n=n: dr.asarray(n, copy=True), {"numpy": lambda n=n: np.array(n, copy=True)}, 1.1))
+        cases.append(("contiguous copy", f"numpy.from_dlpack(Array, copy=True) {label}",
+                      lambda a=a: np.from_dlpack(a, copy=True), {"numpy": lambda n=n: np.from_dlpack(n, copy=True)}, 1.1))
+    n2 = np.ones((2048, 2048), np.float32)
+    a2 = dr.from_dlpack(n2)
+    t2 = torch.from_numpy(n2) if torch is not None else None
+    strided = {
+        "a.T.copy() 2048x2048 float32": (lambda: a2.T.copy(), lambda: n2.T.copy(), lambda: t2.T.contiguous()),
+        "a[::-1].copy()": (lambda: a2[::-1].copy(), lambda: n2[::-1].copy(), lambda: t2.flip(0)),
+        "a[::2].copy()": (lambda: a2[::2].copy(), lambda: n2[::2].copy(), lambda: t2[::2].contiguous()),
+        "a[:, ::2].copy()": (lambda: a2[:, ::2].copy(), lambda: n2[:, ::2].copy(), lambda: t2[:, ::2].contiguous()),
+        "a[:, ::-1].copy()": (lambda: a2[:, ::-1].copy(), lambda: n2[:, ::-1].copy(), lambda: t2.flip(1)),
+    }
+    for name, (ours, nref, tref) in strided.items():
+        refs = {"numpy": nref}
+        if torch is not None:
+            refs["torch"] = tref
+        cases.append(("strided copy", name, ours, refs, 1.2))
+    return cases
+
+
+def conversion_cases() -> list:
+    f64 = np.random.default_rng(0).standard_normal(10 ** 6)
+    f32 = f64.astype(np.float32)
+    buf = array.array("d", f64.tolist())
+    lst6 = f64.tolist()
+    lst5 = lst6[:10 ** 5]
+    cases = [
+        ("conversion", "asarray(ndarray f64 1e6, dtype=float32)", lambda: dr.asarray(f64, dtype="float32"),
+         {"numpy": lambda: f64.astype(np.float32)}, 1.5),
+        ("conversion", "asarray(array.array('d') 1e6, dtype=float32)", lambda: dr.asarray(buf, dtype="float32"),
+         {"numpy": lambda: np.asarray(buf, dtype=np.float32)}, 1.5),
+        ("conversion", "asarray(ndarray f32 1e6, dtype=float16)", lambda: dr.asarray(f32, dtype="float16"),
+         {"numpy": lambda: f32.astype(np.float16)}, 1.5),
+        ("conversion", "asarray(ndarray i64 1e6, dtype=float64)",
+         (lambda i=(f64 * 1000).astype(np.int64): dr.asarray(i, dtype="float64")),
+         {"numpy": lambda i=(f64 * 1000).astype(np.int64): i.astype(np.float64)}, 1.5),
+        ("conversion from lists", "asarray(list of float 1e6, dtype=float32)", lambda: dr.asarray(lst6, dtype="float32"),
+         {"numpy": lambda: np.array(lst6, dtype=np.float32)}, 2.0),
+        ("conversion from lists", "asarray(list of float 1e6)", lambda: dr.asarray(lst6),
+         {"numpy": lambda: np.array(lst6)}, 2.0),
+    ]
+    if ml_dtypes is not None:
+        for name in ["float8_e4m3fn", "float8_e5m2", "float6_e2m3fn", "float4_e2m1fn", "bfloat16", "float8_e8m0fnu"]:
+            t = getattr(ml_dtypes, name)
+            cases.append(("minifloat encoding", f"asarray(ndarray f32 1e6, dtype={name})",
+                          lambda name=name: dr.asarray(f32, dtype=name), {"ml_dtypes": lambda t=t: f32.astype(t)}, 2.0))
+        for name in ["float8_e4m3fn", "float6_e2m3fn", "float4_e2m1fn"]:
+            t = getattr(ml_dtypes, name)
+            cases.append(("minifloat encoding", f"asarray(list 1e5, dtype={name})",
+                          lambda name=name: dr.asarray(lst5, dtype=name), {"ml_dtypes": lambda t=t: np.array(lst5, dtype=t)}, 2.0))
+    return cases
+
+
+def small_cases() -> list:
+    n = np.arange(12.0).reshape(3, 4)
+    a = dr.asarray(n)
+    cases = [
+        ("small call", "asarray(3.0)", lambda: dr.asarray(3.0), {"numpy": lambda: np.asarray(3.0)}, 3.0),
+        ("small call", "float(a[1, 2])", lambda: float(a[1, 2]), {"numpy": lambda: float(n[1, 2])}, 3.0),
+        ("small call", 'to_device("cpu")', lambda: a.to_device("cpu"), {"numpy": lambda: n.to_device("cpu")}, 3.0),
+        ("small call", 'from_dlpack(Array, device="cpu")', lambda: dr.from_dlpack(a, device="cpu"),
+         {"numpy": lambda: np.from_dlpack(n, device="cpu")}, 3.0),
+        ("small call", 'from_dlpack(ndarray, device="cpu")', lambda: dr.from_dlpack(n, device="cpu"),
+         {"numpy": lambda: np.from_dlpack(n, device="cpu")}, 3.0),
+    ]
+    return cases
+
+
+def measure(cases, rounds: int) -> list:
+    rows = []
+    for group, case, ours, refs, limit in cases:
+        gc.collect()
+        stats = compare({"dlpack_ref": ours, **refs}, rounds=rounds,
+                        budget_s=0.002 if "GiB" in case or "64 MiB" in case else 0.01)
+        best_ref = min(refs, key=lambda r: stats[r]["min_ns"])
+        ratio = stats["dlpack_ref"]["min_ns"] / stats[best_ref]["min_ns"]
+        rows.append({"group": group, "case": case, "limit": limit, "reference": best_ref, "ratio": ratio,
+                     "pass": ratio <= limit, "ns": {k: v["min_ns"] for k, v in stats.items()}})
+        print(f"  {case:48s} {stats['dlpack_ref']['min_ns']:12.0f} ns  {best_ref:9s} "
+              f"{stats[best_ref]['min_ns']:12.0f} ns  ratio {ratio:5.2f} (target <= {limit}) "
+              f"{'pass' if ratio <= limit else 'FAIL'}", flush=True)
+    return rows
+
+
+# Run in a fresh process per case, so that no freed heap of this one is
+# reused (which would hide the output's pages), with the peak RSS reset
+# through /proc/self/clear_refs once the input exists.
+_MEMORY_CHILD = """
+import json, sys
+import numpy as np, dlpack_ref as dr
+def status(field):
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field):
+                return int(line.split()[1]) * 1024
+x = {make}
+x[...] = 1
+with open("/proc/self/clear_refs", "w") as f:
+    f.write("5")
+before = status("VmRSS")
+y = {convert}
+print(json.dumps({{"extra": status("VmHWM") - before, "input": getattr(x, "nbytes", 0)}}))
+"""
+
+
+def peak_memory() -> list:
+    """Peak resident memory of a conversion over input + output."""
+    import subprocess
+    rows = []
+    cases = [
+        ("asarray(16 MiB uint8, dtype=int8)", "np.empty(16 << 20, np.uint8)", "dr.asarray(x, dtype='int8')", 16),
+        ("asarray(64 MiB float64, dtype=float32)", "np.empty(8 << 20)", "dr.asarray(x, dtype='float32')", 32),
+        ("asarray(64 MiB float32, dtype=float8_e4m3fn)", "np.empty(16 << 20, np.float32)",
+         "dr.asarray(x, dtype='float8_e4m3fn')", 16),
+        ("asarray(list 1e6 floats, dtype=float32)", "np.empty(0); x = [0.5] * 10 ** 6",
+         "dr.asarray(x, dtype='float32')", 4 * 10 ** 6 / MIB),
+        ("Array.copy() 64 MiB", "np.empty(8 << 20)", "dr.from_dlpack(x).copy()", 64),
+    ]
+    for name, make, convert, out_mib in cases:
+        script = _MEMORY_CHILD.format(make=make, convert=convert)
+        if "[0.5]" in make:
+            script = script.replace("x[...] = 1\n", "")
+        run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+        if run.returncode != 0:
+            print(f"  {name}: not measured ({run.stderr.strip().splitlines()[-1] if run.stderr else run.returncode})")
+            continue
+        m = json.loads(run.stdout)
+        out_bytes = out_mib * MIB
+        inp = m["input"] if "[0.5]" not in make else 0
+        ratio = (inp + m["extra"]) / (inp + out_bytes)
+        rows.append({"case": name, "ratio": ratio, "limit": 1.1, "pass": ratio <= 1.1})
+        print(f"  {name:48s} peak {m['extra'] / MIB:7.1f} MiB over the input for {out_bytes / MIB:5.1f} MiB of output: "
+              f"ratio {ratio:4.2f} (target <= 1.1) {'pass' if ratio <= 1.1 else 'FAIL'}")
+    return rows
+
+
+def save_chart(rows, path) -> bool:
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    fig, ax = plt.subplots(figsize=(9, 0.32 * len(rows) + 1.2))
+    names = [r["case"] for r in rows]
+    ratios = [r["ratio"] for r in rows]
+    colors = ["tab:green" if r["pass"] else "tab:red" for r in rows]
+    ax.barh(range(len(rows)), ratios, color=colors)
+    for i, r in enumerate(rows):
+        ax.plot([r["limit"], r["limit"]], [i - 0.4, i + 0.4], color="black", lw=1)
+    ax.set_yticks(range(len(rows)), names, fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xscale("log")
+    ax.set_xlabel("dlpack_ref time / best reference time (log; black tick: target)")
+    ax.set_title("copies and conversions, interleaved, min over rounds")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="fewer rounds (a smoke run)")
+    p.add_argument("--big", action="store_true", help="add the 1 GiB copies")
+    p.add_argument("--json", default=os.path.join(HERE, "results", "copies.json"))
+    p.add_argument("--png", default=os.path.join(HERE, "results", "copies.png"))
+    args = p.parse_args(argv)
+    rounds = 7 if args.quick else 31
+    print(f"load average at start: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
+    rows = []
+    for title, cases in (("copies", copy_cases(args.big)), ("conversions", conversion_cases()),
+                         ("small calls", small_cases())):
+        print(title)
+        rows += measure(cases, rounds)
+    print("peak memory")
+    memory = peak_memory()
+    print(f"load average at end: {os.getloadavg()[0]:.2f}")
+    failed = [r["case"] for r in rows + memory if not r["pass"]]
+    print(f"{len(rows) + len(memory) - len(failed)} of {len(rows) + len(memory)} targets met"
+          + (f"; missed: {', '.join(failed)}" if failed else ""))
+    os.makedirs(os.path.dirname(args.json), exist_ok=True)
+    with open(args.json, "w") as f:
+        json.dump({"versions": {"numpy": np.__version__, "torch": getattr(torch, "__version__", None),
+                                "ml_dtypes": getattr(ml_dtypes, "__version__", None), "python": sys.version.split()[0]},
+                   "quick": args.quick, "rows": rows, "memory": memory}, f, indent=2)
+    print(f"saved {args.json}")
+    if save_chart(rows, args.png):
+        print(f"saved {args.png}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

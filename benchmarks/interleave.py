@@ -1,0 +1,51 @@
+"""Interleaved timing: the compared calls alternate within every round, and
+each call's minimum over the rounds is kept, so that load on a shared
+machine falls on all of them alike and the ratios stay put.
+
+    from interleave import compare
+    best = compare({"ours": f, "numpy": g}, rounds=31)   # name -> stats
+"""
+
+from __future__ import annotations
+
+import gc
+import statistics
+import time
+
+
+def _calibrate(fn, budget_s: float) -> int:
+    """Calls per sample so that one sample takes about budget_s."""
+    number = 1
+    while True:
+        t0 = time.perf_counter()
+        for _ in range(number):
+            fn()
+        elapsed = time.perf_counter() - t0
+        if elapsed >= budget_s or number >= 1 << 22:
+            return number
+        number = max(number * 2, int(number * budget_s / max(elapsed, 1e-9)))
+
+
+def compare(calls: dict, rounds: int = 31, budget_s: float = 0.01) -> dict:
+    """name -> {"min_ns", "median_ns", "number"}: per-call CPU time of each
+    callable, the calls of one round run back to back in rotating order."""
+    numbers = {name: _calibrate(fn, budget_s) for name, fn in calls.items()}
+    samples = {name: [] for name in calls}
+    names = list(calls)
+    gc_was = gc.isenabled()
+    gc.disable()
+    try:
+        for r in range(rounds):
+            order = names[r % len(names):] + names[:r % len(names)]
+            for name in order:
+                fn, number = calls[name], numbers[name]
+                t0 = time.process_time_ns() if number == 1 else time.perf_counter_ns()
+                for _ in range(number):
+                    fn()
+                t1 = time.process_time_ns() if number == 1 else time.perf_counter_ns()
+                samples[name].append((t1 - t0) / number)
+    finally:
+        if gc_was:
+            gc.enable()
+    return {name: {"min_ns": min(s), "median_ns": statistics.median(s), "number": numbers[name]}
+            for name, s in samples.items()}

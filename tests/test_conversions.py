@@ -1,0 +1,282 @@
+"""dtype conversions in the core's C kernels, bit for bit against NumPy and
+ml_dtypes: every pair of dtypes, every code of every type of 16 bits or
+fewer, sampled values (ties, subnormals, overflow, specials) of the wider
+ones, from arrays, strided views, packed sub-byte data and Python lists.
+
+Where the oracles leave a result undefined or we decided otherwise
+(docs/semantics.md, "Conversions"), the test checks our rule instead:
+float to integer out of range saturates and NaN gives 0; NaN into a type
+without NaN (float6, float4) is a ValueError."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+import dlpack_ref as dr
+from dlpack_ref import _format
+
+np = pytest.importorskip("numpy")
+ml_dtypes = pytest.importorskip("ml_dtypes")
+
+core = dr._dlpack_ref
+NAMES = [n for n in dr.DTYPES if n != "float4_e2m1fn_x2"]
+NO_NAN = {"float6_e2m3fn", "float6_e3m2fn", "float4_e2m1fn"}
+UINT_OF_SIZE = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+
+
+def np_dtype(name):
+    if name in _format.MINIFLOATS or name == "bfloat16":
+        return np.dtype(getattr(ml_dtypes, name))
+    return np.dtype(name)
+
+
+def code_count(name):
+    if name == "bool":
+        return 2
+    if name in _format.MINIFLOATS:
+        return 1 << dr.DTYPES[name].bits if name != "float8_e8m0fnu" else 256
+    return 1 << (8 * np_dtype(name).itemsize)
+
+
+def sources(name):
+    """Every code of a type of 16 bits or fewer; sampled values otherwise."""
+    dt = np_dtype(name)
+    if name in ("bool", "int8", "uint8", "int16", "uint16", "float16", "bfloat16") or name in _format.MINIFLOATS:
+        codes = np.arange(code_count(name), dtype=UINT_OF_SIZE[dt.itemsize])
+        return codes.view(dt) if name != "bool" else codes.astype(np.uint8).view(np.bool_)
+    rng = np.random.default_rng(7)
+    if dt.kind in "iu":
+        info = np.iinfo(dt)
+        edge = np.array([info.min, info.max, 0, 1], dt)
+        return np.concatenate([rng.integers(info.min, info.max, 500, dtype=dt, endpoint=True), edge])
+    # Ties of float16 and bfloat16 and of float8, float16 subnormals, overflow.
+    f16_ties = (np.arange(0x3C00, 0x3C40, dtype=np.uint32) << 13 | 0x1000).view(np.float32)
+    bf16_ties = (np.arange(0x3F80, 0x3FC0, dtype=np.uint32) << 16 | 0x8000).view(np.float32)
+    values = np.concatenate([
+        rng.standard_normal(600) * 10.0 ** rng.integers(-10, 10, 600),
+        f16_ties, bf16_ties, np.arange(-40, 40) / 16.0, np.arange(1, 40) * 2.0 ** -26,
+        [0.0, -0.0, math.inf, -math.inf, math.nan, -math.nan, 1e5, 65504, 65519.99, 65520, 448, 464, 480,
+         57344, 61440, 1e-8, 2.0 ** -24, 3 * 2.0 ** -26, 1e300, -1e300, 2.0 ** 127 * 1.5],
+    ])
+    if dt.kind == "c":
+        return (values + 1j * values[::-1]).astype(dt)
+    return values.astype(dt)
+
+
+def oracle(src, dst_name):
+    """NumPy's / ml_dtypes' result; through float32 for the minifloat pairs
+    ml_dtypes has no direct cast for (exact: float32 holds every minifloat)."""
+    with np.errstate(all="ignore"):
+        try:
+            return src.astype(np_dtype(dst_name))
+        except (TypeError, ValueError):
+            return src.astype(np.float32).astype(np_dtype(dst_name))
+
+
+def ours(src, src_name, dst_name):
+    flat = np.ascontiguousarray(src).reshape(-1)
+    a = core._from_bytes(flat.view(np.uint8).tobytes(), src_name, flat.size)
+    out = dr.asarray(a, dtype=dst_name)
+    return np.frombuffer(out._host_bytes(), dtype=np_dtype(dst_name))
+
+
+def bits(x):
+    x = np.ascontiguousarray(x)
+    if x.dtype.kind == "c":
+        x = x.view(np.float32 if x.dtype.itemsize == 8 else np.float64)
+    if x.dtype == np.bool_:
+        return x.view(np.uint8)
+    return x.view(UINT_OF_SIZE[x.dtype.itemsize])
+
+
+def integer_rule(src, dst_name):
+    """Where the oracle is undefined (float to int out of range, NaN): our
+    rule, truncation with saturation and NaN -> 0; elsewhere the oracle."""
+    info = np.iinfo(np.dtype(dst_name))
+    with np.errstate(all="ignore"):
+        real = np.real(src.astype(np.complex128) if src.dtype.kind == "c" else src.astype(np.float64))
+        in_range = np.isfinite(real) & (np.trunc(real) >= info.min) & (np.trunc(real) < float(info.max) + 1)
+    expected = oracle(src, dst_name)
+    clipped = np.where(np.isnan(real), 0, np.clip(np.nan_to_num(real, posinf=info.max, neginf=info.min),
+                                                  info.min, info.max))
+    out_of_range = [int(v) if abs(v) < 2.0 ** 63 or v < 0 else info.max for v in clipped[~in_range].tolist()]
+    result = expected.copy()
+    result[~in_range] = np.array([min(max(v, info.min), info.max) for v in out_of_range], dtype=result.dtype)
+    return result
+
+
+def float_to_int(src_name, dst_name):
+    return np_dtype(src_name).kind not in "iub" and np.dtype(dst_name).kind in "iu" if dst_name in (
+        "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64") else False
+
+
+@pytest.mark.parametrize("src_name", NAMES)
+@pytest.mark.parametrize("dst_name", NAMES)
+def test_every_pair_bit_for_bit(src_name, dst_name):
+    src = sources(src_name)
+    if dst_name in NO_NAN and np_dtype(src_name).kind not in "iub":
+        with np.errstate(invalid="ignore"):
+            src = src[~np.isnan(src.astype(np.complex128).real if src.dtype.kind == "c" else src.astype(np.float64))]
+    expected = integer_rule(src, dst_name) if float_to_int(src_name, dst_name) else oracle(src, dst_name)
+    got = ours(src, src_name, dst_name)
+    mismatch = np.nonzero(bits(got) != bits(expected))[0]
+    assert mismatch.size == 0, [(src.reshape(-1)[i * src.size // bits(got).size], got.reshape(-1)[i * got.size // bits(got).size],
+                                 expected.reshape(-1)[i * expected.size // bits(got).size]) for i in mismatch[:5]]
+
+
+@pytest.mark.parametrize("dst_name", sorted(NO_NAN))
+@pytest.mark.parametrize("src_name", ["float32", "float64", "float16", "bfloat16", "float8_e4m3fn", "complex64"])
+def test_nan_into_a_type_without_nan_is_a_value_error(src_name, dst_name):
+    src = np.array([1.0, math.nan]).astype(np_dtype(src_name))
+    a = core._from_bytes(src.view(np.uint8).tobytes(), src_name, 2)
+    with pytest.raises(ValueError, match=f"{dst_name} has no NaN"):
+        dr.asarray(a, dtype=dst_name)
+    with pytest.raises(ValueError, match=f"{dst_name} has no NaN"):
+        dr.asarray([1.0, math.nan], dtype=dst_name)
+
+
+def test_float_to_int_saturates_and_nan_is_zero():
+    a = dr.asarray([math.nan, math.inf, -math.inf, 300.7, -300.7, 2.0 ** 70, -1.5])
+    assert dr.asarray(a, dtype="int8").tolist() == [0, 127, -128, 127, -128, 127, -1]
+    assert dr.asarray(a, dtype="uint8").tolist() == [0, 255, 0, 255, 0, 255, 0]
+    assert dr.asarray(a, dtype="int64").tolist() == [0, 2 ** 63 - 1, -2 ** 63, 300, -300, 2 ** 63 - 1, -1]
+    assert dr.asarray(a, dtype="uint64").tolist() == [0, 2 ** 64 - 1, 0, 300, 0, 2 ** 64 - 1, 0]
+
+
+@pytest.mark.parametrize("name", sorted(NO_NAN))
+def test_packed_subbyte_source(name):
+    bits_ = dr.DTYPES[name].bits
+    codes = np.random.default_rng(1).integers(0, 1 << bits_, 101).tolist()
+    acc = sum(c << (i * bits_) for i, c in enumerate(codes))
+    packed = core._from_bytes(acc.to_bytes((len(codes) * bits_ + 7) // 8, "little"), name, len(codes), False)
+    assert not packed.subbyte_padded
+    theirs = np.array(codes, np.uint8).view(np_dtype(name)).astype(np.float32)
+    got = dr.asarray(packed, dtype="float32")
+    assert np.array_equal(np.asarray(got).view(np.uint32), theirs.view(np.uint32))
+    assert packed.tolist() == theirs.astype(np.float64).tolist()
+
+
+@pytest.mark.parametrize("view", [lambda x: x.T, lambda x: x[::-1, ::2], lambda x: x[:, 1::3], lambda x: x[::2, ::-1].T])
+@pytest.mark.parametrize("pair", [("float64", "float32"), ("float32", "float16"), ("float32", "bfloat16"),
+                                  ("int64", "float8_e4m3fn"), ("float16", "int32"), ("uint8", "complex128")])
+def test_strided_sources(view, pair):
+    src_name, dst_name = pair
+    base = (np.arange(37 * 41) % 97 - 40).reshape(37, 41).astype(np_dtype(src_name))
+    v = view(base)
+    ref = dr.from_dlpack(base) if src_name != "bfloat16" else None
+    got = dr.asarray(view(ref), dtype=dst_name)
+    expected = oracle(v, dst_name)
+    assert got.shape == v.shape and got.strides == tuple(s // expected.itemsize for s in np.ascontiguousarray(expected).strides)
+    assert np.array_equal(bits(np.frombuffer(got._host_bytes(), np_dtype(dst_name)).reshape(v.shape)), bits(expected))
+
+
+@pytest.mark.parametrize("dst_name", NAMES)
+def test_lists_bit_for_bit(dst_name):
+    kind = np_dtype(dst_name).kind
+    if kind in "iu":
+        info = np.iinfo(np_dtype(dst_name))
+        values = [int(info.min), int(info.max), 0, 1, 2, -1 if info.min < 0 else 3]
+    elif kind == "b":
+        values = [True, False, True]
+    else:
+        values = [float(v) for v in sources("float64") if not (dst_name in NO_NAN and math.isnan(v))]
+    expected = oracle(np.array(values, dtype=np.float64 if kind not in "iub" else np_dtype(dst_name)), dst_name)
+    got = dr.asarray(values, dtype=dst_name)
+    assert np.array_equal(bits(np.frombuffer(got._host_bytes(), np_dtype(dst_name))), bits(expected))
+
+
+def test_float16_overflow_is_inf_as_numpy():
+    assert dr.asarray([1e5], dtype="float16").tolist() == [math.inf]
+    assert dr.asarray([-1e5, 65519.99, 65520.0], dtype="float16").tolist() == [-math.inf, 65504.0, math.inf]
+    assert dr.asarray(np.array([1e5]), dtype="float16").tolist() == [math.inf]
+
+
+def test_list_integer_range_and_loss():
+    with pytest.raises(OverflowError, match=r"300 is out of range for int8 \[-128, 127\]"):
+        dr.asarray([1, 300], dtype="int8")
+    with pytest.raises(OverflowError, match=r"-1 is out of range for uint64"):
+        dr.asarray([-1], dtype="uint64")
+    assert dr.asarray([2 ** 64 - 1], dtype="uint64").tolist() == [2 ** 64 - 1]
+    with pytest.raises(TypeError, match=r"cannot store 1.5 in an integer Array \(int32\)"):
+        dr.asarray([1.5], dtype="int32")
+    with pytest.raises(TypeError, match="cannot store complex"):
+        dr.asarray([1j], dtype="float32")
+
+
+def test_inferred_dtypes_and_shapes():
+    cases = [([True, False], "bool"), ([1, True], "int64"), ([1, 2.5], "float64"), ([1, 2j], "complex128"),
+             ([], "float64"), (3, "int64"), (2.5, "float64"), (((1,), (2,)), "int64")]
+    for obj, name in cases:
+        a = dr.asarray(obj)
+        n = np.asarray(obj)
+        assert a.dtype.name == name and a.shape == n.shape and a.tolist() == n.tolist()
+    assert dr.asarray([np.float32(1.5), np.int8(2)]).tolist() == [1.5, 2.0]
+
+
+def test_deep_and_self_containing_lists_are_value_errors():
+    deep = 0.0
+    for _ in range(5000):
+        deep = [deep]
+    with pytest.raises(ValueError, match="more than 64 levels deep"):
+        dr.asarray(deep)
+    loop = []
+    loop.append(loop)
+    with pytest.raises(ValueError, match="contain itself"):
+        dr.asarray(loop)
+    sixty_four = 1.0
+    for _ in range(64):
+        sixty_four = [sixty_four]
+    assert dr.asarray(sixty_four).ndim == 64
+
+
+def test_ragged_names_the_shapes():
+    with pytest.raises(ValueError, match=r"sub-shapes \(2, 1\) and \(3, 1\) differ"):
+        dr.asarray([[[1], [2]], [[1], [2], [3]]])
+    with pytest.raises(ValueError, match="ragged"):
+        dr.asarray([[1, 2], 3])
+    with pytest.raises(ValueError, match="ragged"):
+        dr.asarray([1, [2]])
+
+
+def test_lanes_from_lists():
+    a = dr.asarray([[0.5, 1.0], [-6.0, 2.0]], dtype="float4_e2m1fn_x2")
+    assert a.shape == (2,) and a.tolist() == [(0.5, 1.0), (-6.0, 2.0)]
+    assert a._host_bytes() == bytes([0x1 | 0x2 << 4, 0xF | 0x4 << 4])
+    with pytest.raises(ValueError, match="one per lane"):
+        dr.asarray([1.0, 2.0, 3.0], dtype="float4_e2m1fn_x2")
+    with pytest.raises(TypeError, match="one per lane"):
+        dr.asarray(a, dtype="float32")
+
+
+@pytest.mark.parametrize("dst_name", ["float32", "int16", "float8_e5m2", "bfloat16", "complex64", "bool"])
+def test_assignment_between_dtypes(dst_name):
+    src = (np.arange(24).reshape(4, 6) - 11.25).astype(np.float64)
+    dst = dr.zeros((6, 4), dtype=dst_name)
+    dst[1:5, ::-1] = dr.asarray(src.T[1:5])
+    expected = np.zeros((6, 4), np_dtype(dst_name))
+    expected[1:5, ::-1] = oracle(src.T[1:5], dst_name) if dst_name != "int16" else integer_rule(src.T[1:5], "int16")
+    assert np.array_equal(bits(np.frombuffer(dst._host_bytes(), np_dtype(dst_name)).reshape(6, 4)), bits(expected))
+    dst[0] = [1, 2, 3, 4] if dst_name != "bool" else [True, False, True, False]
+    dst[5] = np.arange(4, dtype=np.int8)
+    assert dst[5].tolist() == oracle(np.arange(4, dtype=np.int8), dst_name).tolist()
+
+
+def test_assignment_of_nan_into_a_type_without_nan_changes_nothing():
+    dst = dr.asarray([1.0, 2.0], dtype="float4_e2m1fn")
+    with pytest.raises(ValueError, match="has no NaN"):
+        dst[:] = dr.asarray([3.0, math.nan])
+    assert dst.tolist() == [1.0, 2.0]
+
+
+def test_scalar_reads():
+    a = dr.asarray(np.arange(12.0).reshape(3, 4).astype(np.float32))
+    assert float(a[1, 2]) == 6.0 and float(a[-1, -1]) == 11.0 and int(a[2, 0]) == 8
+    assert complex(dr.asarray([1 + 2j])[0]) == 1 + 2j and bool(dr.asarray([[True]])[0, 0]) is True
+    with pytest.raises(IndexError, match="out of bounds for axis 1 with size 4"):
+        a[0, 4]
+    with pytest.raises(IndexError, match="out of bounds"):
+        a[0, 2 ** 70]
+    assert dr.asarray([2.5], dtype="float8_e4m3fn")[0].tolist() == 2.5
+    assert float(dr.asarray([0.375], dtype="bfloat16")[0]) == 0.375

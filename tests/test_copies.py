@@ -1,0 +1,106 @@
+"""Strided copies (one routine for copy(), copy=True exports and imports,
+assignment and to_device) against NumPy, for every item size and the
+layouts the kernel treats apart: dense (one memcpy), dense inner runs,
+fixed-size moves, tiled transposes; plus allocation alignment and the fast
+paths of small calls."""
+
+from __future__ import annotations
+
+import pytest
+
+import dlpack_ref as dr
+
+np = pytest.importorskip("numpy")
+
+VIEWS = {
+    "dense": lambda x: x,
+    "transpose": lambda x: x.T,
+    "reversed": lambda x: x[::-1],
+    "step2": lambda x: x[::2],
+    "column_step": lambda x: x[:, ::3],
+    "both_negative": lambda x: x[::-2, ::-1],
+    "transpose_of_slice": lambda x: x[3:, 1:-2].T,
+    "row": lambda x: x[5],
+    "column": lambda x: x[:, 7],
+}
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "int16", "float32", "float64", "complex128"])
+@pytest.mark.parametrize("view", sorted(VIEWS))
+@pytest.mark.parametrize("shape", [(67, 45), (8, 8), (300, 9)])
+def test_copy_matches_numpy(dtype, view, shape):
+    base = np.arange(np.prod(shape)).reshape(shape).astype(dtype)
+    expected = VIEWS[view](base)
+    a = VIEWS[view](dr.from_dlpack(base))
+    c = a.copy()
+    assert c.shape == expected.shape and c.data_ptr != base.ctypes.data
+    assert np.array_equal(np.asarray(c), expected)
+    assert np.asarray(c).flags.c_contiguous
+
+
+@pytest.mark.parametrize("axes", [(2, 0, 1), (1, 2, 0), (0, 2, 1), (2, 1, 0)])
+def test_three_d_permutations(axes):
+    base = np.arange(5 * 33 * 20, dtype=np.float32).reshape(5, 33, 20)
+    c = dr.from_dlpack(base).permute_dims(axes).copy()
+    assert np.array_equal(np.asarray(c), base.transpose(axes))
+
+
+def test_copy_true_both_ways():
+    base = np.arange(1000, dtype=np.float64)[::3]
+    a = dr.asarray(base, copy=True)
+    assert np.array_equal(np.asarray(a), base) and a.data_ptr != base.ctypes.data
+    exported = np.from_dlpack(dr.from_dlpack(base), copy=True)
+    assert np.array_equal(exported, base) and exported.ctypes.data != base.ctypes.data
+    back = dr.from_dlpack(dr.asarray(base), copy=True)
+    assert np.array_equal(np.asarray(back), base)
+
+
+def test_assignment_with_broadcasting_and_steps():
+    dst = dr.zeros((6, 8), dtype="int32")
+    dst[::2, 1::2] = dr.asarray([1, 2, 3, 4], dtype="int32")
+    expected = np.zeros((6, 8), np.int32)
+    expected[::2, 1::2] = [1, 2, 3, 4]
+    assert np.array_equal(np.asarray(dst), expected)
+    dst[:, ::-1] = dr.from_dlpack(np.arange(48, dtype=np.int32).reshape(6, 8).T.copy().T)
+    expected[:, ::-1] = np.arange(48, dtype=np.int32).reshape(6, 8)
+    assert np.array_equal(np.asarray(dst), expected)
+
+
+def test_high_ndim_copy():
+    base = np.arange(2 ** 12, dtype=np.int16).reshape((2,) * 12).transpose(tuple(range(11, -1, -1)))
+    c = dr.from_dlpack(base).copy()
+    assert np.array_equal(np.asarray(c), base)
+    ones = np.zeros((1,) * 64, np.float32)
+    assert dr.from_dlpack(ones).copy().shape == (1,) * 64
+
+
+def test_empty_and_zero_d():
+    assert dr.from_dlpack(np.zeros((0, 5))).T.copy().shape == (5, 0)
+    z = dr.asarray(4.5).copy()
+    assert z.shape == () and float(z) == 4.5
+
+
+@pytest.mark.parametrize("nbytes", [1, 255, 4096, 2 << 20, (4 << 20) + 3])
+def test_allocations_stay_256_byte_aligned(nbytes):
+    a = dr.empty(nbytes, dtype="uint8")
+    assert a.data_ptr % 256 == 0
+    dr.zeros(nbytes, dtype="uint8")
+
+
+def test_large_copy_is_exact():
+    base = np.random.default_rng(0).integers(0, 255, 3 << 20, dtype=np.uint8)
+    c = dr.from_dlpack(base).copy()
+    assert np.array_equal(np.asarray(c), base)
+
+
+def test_small_call_fast_paths_keep_semantics():
+    a = dr.asarray([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+    assert a.to_device("cpu") is a and a.to_device((1, 0)) is a
+    b = dr.from_dlpack(a, device="cpu")
+    assert b is not a and b.data_ptr == a.data_ptr
+    assert dr.from_dlpack(np.arange(3.0), device="cpu").tolist() == [0.0, 1.0, 2.0]
+    v = a[1, 2]
+    assert v.shape == () and v.data_ptr == a.data_ptr + 5 * 8 and float(v) == 6.0
+    assert a[1, 1:].tolist() == [5.0, 6.0] and a[-2, 0].tolist() == 1.0
+    with pytest.raises(IndexError, match="only integers"):
+        a[1, 1.5]
