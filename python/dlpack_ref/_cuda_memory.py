@@ -180,18 +180,8 @@ def _issue(d, ops, dst: Block, src: Block, stream):
             continue
         _, doff, dpitch, soff, spitch, width, height = op
         p = d.CUDA_MEMCPY2D()
-        p.srcMemoryType = stype
-        if stype == d.CUmemorytype.CU_MEMORYTYPE_HOST:
-            p.srcHost = sptr + soff
-        else:
-            p.srcDevice = sptr + soff
-        p.srcPitch = spitch
-        p.dstMemoryType = dtype
-        if dtype == d.CUmemorytype.CU_MEMORYTYPE_HOST:
-            p.dstHost = dptr + doff
-        else:
-            p.dstDevice = dptr + doff
-        p.dstPitch = dpitch
+        _memcpy2d_side(d, p, "src", stype, sptr + soff, spitch)
+        _memcpy2d_side(d, p, "dst", dtype, dptr + doff, dpitch)
         p.WidthInBytes = width
         p.Height = height
         check(d.cuMemcpy2DAsync(p, stream), "cuMemcpy2DAsync")
@@ -288,3 +278,12 @@ def memset(ptr: int, device_type: int, device_id: int, work: PendingWork | None,
         rt.leave(pushed)
     if work is not None:
         work.record(LEGACY_STREAM, device_id)
+
+
+def _memcpy2d_side(d, p, side: str, memory_type, address: int, pitch: int) -> None:
+    """One side ("src" or "dst") of a CUDA_MEMCPY2D: host memory goes in
+    ``*Host``, device memory in ``*Device``."""
+    setattr(p, f"{side}MemoryType", memory_type)
+    host = memory_type == d.CUmemorytype.CU_MEMORYTYPE_HOST
+    setattr(p, f"{side}Host" if host else f"{side}Device", address)
+    setattr(p, f"{side}Pitch", pitch)

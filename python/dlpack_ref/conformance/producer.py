@@ -256,18 +256,25 @@ def _copy_true_flag(p: Producer) -> str:
 def _copy_false(p: Producer) -> str:
     x = p.make("float64", (2, 3))
     base = data_pointer(x)
-    try:
-        cap = x.__dlpack__(max_version=V13, copy=False)
-    except TypeError as e:
-        raise NotSupported("copy keyword not accepted", e) from e
-    except Exception as e:
-        raise CheckFailed("copy=False raised for memory exportable in place", e) from e
-    info = read_capsule(cap)
+    info = _export_in_place(x, "copy", "copy=False raised for memory exportable in place", copy=False)
     if first_element(info) != base:
         raise CheckFailed(f"copy=False exported {first_element(info):#x}, the array is at {base:#x}")
     if info["versioned"] and info["flags"] & IS_COPIED:
         raise CheckFailed("IS_COPIED set with copy=False")
     return f"same pointer {base:#x}"
+
+
+def _export_in_place(x, keyword: str, failure: str, **kwargs) -> dict:
+    """read_capsule of ``x.__dlpack__(max_version=(1, 3), **kwargs)``, an
+    export that must succeed: a TypeError means the keyword is not
+    supported, any other error fails the check with ``failure``."""
+    try:
+        cap = x.__dlpack__(max_version=V13, **kwargs)
+    except TypeError as e:
+        raise NotSupported(f"{keyword} keyword not accepted", e) from e
+    except Exception as e:
+        raise CheckFailed(failure, e) from e
+    return read_capsule(cap)
 
 
 @_check("producer.dl_device_own",
@@ -277,13 +284,8 @@ def _dl_device_own(p: Producer) -> str:
     x = p.make("float32", (2, 3))
     dev = x.__dlpack_device__()
     base = data_pointer(x)
-    try:
-        cap = x.__dlpack__(max_version=V13, dl_device=dev)
-    except TypeError as e:
-        raise NotSupported("dl_device keyword not accepted", e) from e
-    except Exception as e:
-        raise CheckFailed(f"dl_device={tuple(int(v) for v in dev)} (its own device) raised", e) from e
-    info = read_capsule(cap)
+    info = _export_in_place(x, "dl_device", f"dl_device={tuple(int(v) for v in dev)} (its own device) raised",
+                            dl_device=dev)
     if info["device"] != (int(dev[0]), int(dev[1])):
         raise CheckFailed(f"exported on {info['device']}, asked for {dev}")
     if first_element(info) != base:
