@@ -47,6 +47,12 @@ include "_exchange_api.pxi"
 DLPACK_VERSION = (DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION)
 #: The most dimensions an Array or an imported tensor may have.
 MAX_NDIM = DLPACK_REF_MAX_NDIM
+#: The bits of DLManagedTensorVersioned.flags, by their dlpack.h names.
+FLAGS = {
+    "DLPACK_FLAG_BITMASK_READ_ONLY": DLPACK_FLAG_BITMASK_READ_ONLY,
+    "DLPACK_FLAG_BITMASK_IS_COPIED": DLPACK_FLAG_BITMASK_IS_COPIED,
+    "DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED": DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED,
+}
 #: The names a DLPack capsule carries, for Python code (one spelling: dlpack.pxd).
 CAPSULE_NAMES = {
     "versioned": DLPACK_REF_CAPSULE_VERSIONED.decode(),

@@ -94,30 +94,25 @@ cdef extern from *:
     /* An unconsumed capsule still owns its tensor; a consumer renames it.
        Whoever destroys a capsule holds the GIL, so a block of ours is
        released right here; a foreign deleter is called as it is. */
-    static void dlpack_ref_api_destroy_versioned(PyObject* capsule) {
-        const char* name = PyCapsule_GetName(capsule);
-        DLManagedTensorVersioned* m;
-        if (name == NULL || strcmp(name, DLPACK_REF_CAPSULE_VERSIONED) != 0) return;
-        m = (DLManagedTensorVersioned*)PyCapsule_GetPointer(capsule, name);
-        if (m->deleter == dlpack_ref_api_delete_versioned) {
-            Py_XDECREF((PyObject*)m->manager_ctx);
-            PyMem_Free(m);
-        } else if (m->deleter) {
-            m->deleter(m);
+    #define DLPACK_REF_API_DESTROY(Managed, own_deleter, capsule_name)                  \
+        const char* name = PyCapsule_GetName(capsule);                                   \
+        Managed* m;                                                                      \
+        if (name == NULL || strcmp(name, capsule_name) != 0) return;                     \
+        m = (Managed*)PyCapsule_GetPointer(capsule, name);                               \
+        if (m->deleter == own_deleter) {                                                 \
+            Py_XDECREF((PyObject*)m->manager_ctx);                                       \
+            PyMem_Free(m);                                                               \
+        } else if (m->deleter) {                                                         \
+            m->deleter(m);                                                               \
         }
+
+    static void dlpack_ref_api_destroy_versioned(PyObject* capsule) {
+        DLPACK_REF_API_DESTROY(DLManagedTensorVersioned, dlpack_ref_api_delete_versioned,
+                               DLPACK_REF_CAPSULE_VERSIONED)
     }
 
     static void dlpack_ref_api_destroy_legacy(PyObject* capsule) {
-        const char* name = PyCapsule_GetName(capsule);
-        DLManagedTensor* m;
-        if (name == NULL || strcmp(name, DLPACK_REF_CAPSULE_LEGACY) != 0) return;
-        m = (DLManagedTensor*)PyCapsule_GetPointer(capsule, name);
-        if (m->deleter == dlpack_ref_api_delete_legacy) {
-            Py_XDECREF((PyObject*)m->manager_ctx);
-            PyMem_Free(m);
-        } else if (m->deleter) {
-            m->deleter(m);
-        }
+        DLPACK_REF_API_DESTROY(DLManagedTensor, dlpack_ref_api_delete_legacy, DLPACK_REF_CAPSULE_LEGACY)
     }
 
     /* t's metadata into `into`, shape and strides into `storage` (2 * ndim

@@ -12,6 +12,7 @@ _Stream = int | Any | None
 DLPACK_VERSION: Final[tuple[int, int]]
 MAX_NDIM: Final[int]
 CAPSULE_NAMES: Final[dict[str, str]]
+FLAGS: Final[dict[str, int]]
 
 class CopyForbiddenError(BufferError, ValueError): ...
 

@@ -14,7 +14,7 @@ import gc
 import struct
 from typing import Any, Callable
 
-from dlpack_ref.testing import FLAG_READ_ONLY, CapsuleFactory, ForeignProducer, capsule_name
+from dlpack_ref.testing import FLAG_READ_ONLY, NAME_USED_VERSIONED, CapsuleFactory, ForeignProducer, capsule_name
 
 from .model import Consumer, Result, Rule, Status, exc_name, short
 
@@ -329,7 +329,7 @@ CASES: list[Case] = [
     _case("bad_name", "a capsule with another name is refused", "python", "Python spec: capsule names",
           _plain(name=b"not_a_dltensor"), _refuses),
     _case("used_name", "a capsule already named 'used_dltensor_versioned' is refused", "python",
-          "Python spec: capsule renaming", _plain(name=b"used_dltensor_versioned"), _refuses),
+          "Python spec: capsule renaming", _plain(name=NAME_USED_VERSIONED), _refuses),
     _case("major_version_2", "version.major 2 is refused and the deleter called", "header",
           "DLPackVersion: 'the consumer must call the deleter'", _plain(version=(2, 0), versioned=True),
           _refuses, needs_versioned=True),

@@ -4,13 +4,19 @@ the Python C API.
 
 This is the one ctypes mirror of ``include/dlpack.h`` in the project: the
 capsule factory, the independent reader, the conformance checker and the
-tests all use these names. It is written from the header, not from the core,
-so that checks built on it do not inherit a mistake of the core.
+tests all use these names. The structs are written from the header, not from
+the core, so that checks built on them do not inherit a mistake of the core
+(tests/test_abi.py compares them with the C layout). The constants (flag
+bits, capsule names, the ndim limit) are spelled once, in src/dlpack.pxd, and
+read from the core: a wrong one would break every exchange with NumPy and
+PyTorch in tests/test_interop.py.
 """
 
 from __future__ import annotations
 
 import ctypes
+
+from .. import _dlpack_ref as _core
 
 __all__ = [
     "DLPackVersion", "DLDevice", "DLDataType", "DLTensor", "DLManagedTensor", "DLManagedTensorVersioned",
@@ -22,18 +28,20 @@ __all__ = [
     "c_api", "exchange_api_of",
 ]
 
-FLAG_READ_ONLY = 1 << 0
-FLAG_IS_COPIED = 1 << 1
-FLAG_IS_SUBBYTE_TYPE_PADDED = 1 << 2
+# The constants are spelled once, in src/dlpack.pxd (and dlpack.h); the
+# core hands them to Python code. Constants only: no rule is taken from it.
+FLAG_READ_ONLY = _core.FLAGS["DLPACK_FLAG_BITMASK_READ_ONLY"]
+FLAG_IS_COPIED = _core.FLAGS["DLPACK_FLAG_BITMASK_IS_COPIED"]
+FLAG_IS_SUBBYTE_TYPE_PADDED = _core.FLAGS["DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED"]
 
-NAME_VERSIONED = b"dltensor_versioned"
-NAME_LEGACY = b"dltensor"
-NAME_USED_VERSIONED = b"used_dltensor_versioned"
-NAME_USED_LEGACY = b"used_dltensor"
-NAME_EXCHANGE_API = b"dlpack_exchange_api"
+NAME_VERSIONED = _core.CAPSULE_NAMES["versioned"].encode()
+NAME_LEGACY = _core.CAPSULE_NAMES["legacy"].encode()
+NAME_USED_VERSIONED = _core.CAPSULE_NAMES["used_versioned"].encode()
+NAME_USED_LEGACY = _core.CAPSULE_NAMES["used_legacy"].encode()
+NAME_EXCHANGE_API = _core.CAPSULE_NAMES["exchange_api"].encode()
 
 #: The most dimensions a DLPack tensor may have in dlpack-ref (docs/guarantees.md).
-MAX_NDIM = 64
+MAX_NDIM = _core.MAX_NDIM
 INT64_MAX = (1 << 63) - 1
 
 
