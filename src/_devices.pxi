@@ -2,6 +2,8 @@
 # (C predicates generated from python/dlpack_ref/_devices.py into
 # dlpack_ref_tables.h) and the one in-place access table.
 
+from cpython.long cimport PyLong_AsLongLongAndOverflow
+
 from dlpack_ref._devices import Device as _Device, DeviceType as _DeviceType, as_device as _as_device
 
 cdef dict _device_cache = {}
@@ -37,13 +39,19 @@ cdef DLDevice _parse_device(object device) except *:
         d.device_type = kDLCPU
         d.device_id = 0
         return d
+    cdef long long type_value, id_value
+    cdef int overflow = 0
     if type(device) is tuple and len(<tuple>device) == 2:
         t, i = <tuple>device
-        if type(t) is int or isinstance(t, _DeviceType):
-            if type(i) is int and 0 <= i <= 0x7FFFFFFF and 1 <= t <= 0x7FFFFFFF \
-                    and dlpack_ref_device_type_known(<int32_t>t):
-                d.device_type = <DLDeviceType><int>t
-                d.device_id = <int32_t>i
+        if (type(t) is int or isinstance(t, _DeviceType)) and type(i) is int:
+            # C comparisons: this is every import's device check.
+            type_value = PyLong_AsLongLongAndOverflow(t, &overflow)
+            if not overflow:
+                id_value = PyLong_AsLongLongAndOverflow(i, &overflow)
+            if not overflow and 0 <= id_value <= 0x7FFFFFFF and 1 <= type_value <= 0x7FFFFFFF \
+                    and dlpack_ref_device_type_known(<int32_t>type_value):
+                d.device_type = <DLDeviceType><int>type_value
+                d.device_id = <int32_t>id_value
                 return d
     dev = _as_device(device)
     d.device_type = <DLDeviceType><int>dev.type
