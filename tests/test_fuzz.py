@@ -28,6 +28,7 @@ from hypothesis.control import currently_in_test_context
 from hypothesis import strategies as st
 
 import dlpack_ref
+from dlpack_ref.cuda import CUDAUnavailableError
 from dlpack_ref.testing import (
     FLAG_IS_COPIED,
     FLAG_IS_SUBBYTE_TYPE_PADDED,
@@ -207,9 +208,9 @@ def expected_array(kw):
         return None
     size = 1
     for n in shape:
-        size *= n
-        if size > INT64_MAX:
-            return None
+        size *= n   # exact: a zero extent makes any shape's count 0 (docs/guarantees.md)
+    if size > INT64_MAX:
+        return None
     if null_strides:
         given = _c_strides(shape)
     else:
@@ -220,6 +221,8 @@ def expected_array(kw):
     storage_bits = bits * lanes
     if storage_bits < 8 and flags & FLAG_IS_SUBBYTE_TYPE_PADDED:
         storage_bits = 8
+    if storage_bits and size > (INT64_MAX - 7) // storage_bits:
+        return None   # the tensor's bytes must fit int64 too
     if size > 0:
         if any(s >= INT64_MAX or s < -INT64_MAX for s in strides):
             return None
@@ -250,13 +253,14 @@ def _describe(a):
 
 def _check_reexport(a, data_ptr):
     """The accepted Array exports the same tensor again (versioned, zero-copy).
-    CUDA-family memory of a device this machine (or the simulated driver)
-    does not have cannot be ordered for the export: a BufferError naming it."""
+    CUDA-family memory is ordered for the export through the CUDA layer: with
+    no cuda-python, or for a device this machine (or the simulated driver)
+    does not have, that is a CUDAUnavailableError (a BufferError) saying so."""
     try:
         cap = a.__dlpack__(max_version=(1, 3))
-    except BufferError as exc:
-        assert a.device.type != 1 and "does not exist" in str(exc), repr(exc)
-        _outcome("re-export refused: no such CUDA device")
+    except CUDAUnavailableError as exc:
+        assert a.device.type != 1 and str(exc), repr(exc)
+        _outcome("re-export refused: CUDA unavailable for this device")
         return
     fields = read_capsule(cap)
     assert fields["data"] + fields["byte_offset"] == data_ptr
