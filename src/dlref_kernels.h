@@ -507,6 +507,7 @@ static const dlref_run_fn dlref_native_runs[DLREF_N_NATIVE][DLREF_N_NATIVE] = {
 /* Bit-exact pairs with the small float types (no detour through double). */
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
 #include <immintrin.h>
+#include <cpuid.h>
 /* The F16C instruction rounds float32 to float16 exactly as the code below
    (to nearest even, overflow to inf), eight at a time; it quiets signaling
    NaNs, which the software path keeps (NumPy does either, by CPU). */
@@ -517,9 +518,21 @@ static int64_t dlref_f16c_run(uint16_t* d, const float* s, int64_t n) {
         _mm_storeu_si128((__m128i*)(d + i), _mm256_cvtps_ph(_mm256_loadu_ps(s + i), _MM_FROUND_TO_NEAREST_INT));
     return i;
 }
+/* By cpuid, not __builtin_cpu_supports: clang before 16 knows no "f16c"
+   feature string. F16C and AVX (ecx bits 29, 28) need the OS to save YMM
+   state (OSXSAVE, bit 27, and XCR0 bits 1-2). Racing first calls under free
+   threading all write the same answer. */
 static int dlref_has_f16c(void) {
     static int known = -1;
-    if (known < 0) { __builtin_cpu_init(); known = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx"); }
+    if (known < 0) {
+        unsigned a, b, c, d, lo, hi;
+        int ok = 0;
+        if (__get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 27)) && (c & (1u << 28)) && (c & (1u << 29))) {
+            __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+            ok = (lo & 6u) == 6u;
+        }
+        known = ok;
+    }
     return known;
 }
 #else
