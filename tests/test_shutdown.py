@@ -70,6 +70,13 @@ def test_deleter_called_after_finalization():
     assert r.stdout.index("script end") < r.stdout.index("after-deleters")
 
 
+FREE_THREADED = not getattr(sys, "_is_gil_enabled", lambda: True)()
+
+
+@pytest.mark.skipif(FREE_THREADED, reason=(
+    "free-threaded CPython: a foreign thread that attaches a thread state while the "
+    "interpreter finalizes can crash inside CPython (seen once in two CI runs on 3.13t, "
+    "exit -11); docs/guarantees.md states the guarantee for GIL builds only"))
 @pytest.mark.parametrize("switch_interval", [1e-6, 0.005, 100.0], ids=["eager", "default", "never"])
 def test_foreign_threads_release_while_the_interpreter_exits(switch_interval):
     """Foreign threads (started with pthread_create while the GIL is held,
