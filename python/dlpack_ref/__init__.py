@@ -9,7 +9,6 @@ checks. See docs/semantics.md for every rule.
 from __future__ import annotations
 
 import os as _os
-from importlib import metadata as _metadata
 
 from ._dlpack_ref import (
     CAPSULE_NAMES,
@@ -27,10 +26,21 @@ from ._devices import C_ENUMERATORS, Device, DeviceType, as_device
 from ._dtypes import DTYPES, DType, DTypeCode, as_dtype
 from ._creation import asarray, zeros
 
-try:
-    __version__ = _metadata.version("dlpack-ref")
-except _metadata.PackageNotFoundError:  # a source tree put on sys.path by hand
-    __version__ = "0+unknown"
+
+def __getattr__(name: str):
+    # __version__ is read from the package metadata on first use: importing
+    # importlib.metadata would otherwise be most of `import dlpack_ref`'s time.
+    if name == "__version__":
+        from importlib import metadata
+
+        try:
+            version = metadata.version("dlpack-ref")
+        except metadata.PackageNotFoundError:  # a source tree put on sys.path by hand
+            version = "0+unknown"
+        globals()["__version__"] = version
+        return version
+    raise AttributeError(f"module 'dlpack_ref' has no attribute {name!r}")
+
 
 globals().update(DTYPES)
 
