@@ -76,7 +76,9 @@ def _name_address(name: bytes | None) -> int | None:
         return None
     buf = _NAMES.get(name)
     if buf is None:
-        buf = _NAMES[name] = ctypes.create_string_buffer(name)
+        # setdefault, not a store: two threads making the first capsule of a
+        # name must share one buffer, or the loser's capsule names freed memory.
+        buf = _NAMES.setdefault(name, ctypes.create_string_buffer(name))
     return ctypes.addressof(buf)
 
 
