@@ -131,6 +131,19 @@ cdef extern from *:
     void PyErr_Clear()
 
 
+cdef bint _is_unresolved_conjugate(object x):
+    """A lazily conjugated complex tensor (x.is_conj() true): PyTorch 2.13's
+    table exports it without the conjugation, wrong values with no error,
+    where its __dlpack__ refuses it. Asked for complex tensors only, so the
+    fast path of every other dtype pays nothing."""
+    try:
+        is_conj = getattr(x, "is_conj", None)
+        return is_conj is not None and bool(is_conj())
+    except Exception:
+        # A producer whose is_conj fails is asked through __dlpack__ instead.
+        return True
+
+
 cdef Array _import_via_exchange_api(DLPackExchangeAPI* api, object x):
     """x's tensor through its type's table, or None when the table fails in
     any way (an error, -1 with no error, no tensor, a tensor the checks
@@ -148,6 +161,9 @@ cdef Array _import_via_exchange_api(DLPackExchangeAPI* api, object x):
     try:
         a = _array_from_managed(m, True)
     except Exception:
+        return None
+    if a._dtype.code == kDLComplex and _is_unresolved_conjugate(x):
+        # Dropping a runs the deleter; __dlpack__ then refuses (or resolves) it.
         return None
     if dlpack_ref_device_cuda_family(a._device.device_type):
         # "NoSync": ordering is ours to do: wait for the producer's stream.

@@ -426,16 +426,42 @@ def test_torch_tensor_is_imported_through_torchs_table():
     assert sys.getrefcount(t) == refs
 
 
-@pytest.mark.xfail(strict=True, reason="torch 2.13's exchange table ignores the conjugate bit "
-                                       "(its __dlpack__ refuses such tensors); see docs/exchange_api.md")
 def test_torch_conjugate_view_is_never_imported_with_wrong_values():
+    """torch 2.13's table exports a conjugate view unconjugated; the fast path
+    must give what __dlpack__ gives: its BufferError, the deleter run."""
     torch = pytest.importorskip("torch")
-    c = torch.tensor([1 + 2j]).conj()
-    try:
-        values = dlpack_ref.from_dlpack(c).tolist()
-    except BufferError:
-        return
-    assert values == [1 - 2j]
+    c = torch.tensor([1 + 2j, 3 - 4j]).conj()
+    refs = sys.getrefcount(c)
+    with pytest.raises(BufferError, match="conjugate bit") as through_dlpack:
+        c.__dlpack__(max_version=(1, 3))
+    with pytest.raises(BufferError, match="conjugate bit") as through_table:
+        dlpack_ref.from_dlpack(c)
+    assert str(through_table.value) == str(through_dlpack.value)
+    del through_dlpack, through_table  # their tracebacks hold c
+    gc.collect()
+    assert sys.getrefcount(c) == refs
+    # The fallback is asked only for complex data: resolved views and the
+    # real (negated) view of the imaginary part keep the fast path and the
+    # producer's values.
+    assert dlpack_ref.from_dlpack(c.resolve_conj()).tolist() == [1 - 2j, 3 + 4j]
+    r = torch.tensor([1.0, 2.0])
+    assert dlpack_ref.from_dlpack(r).data_ptr == r.data_ptr()
+
+
+def test_exchange_fast_path_falls_back_when_is_conj_fails():
+    torch = pytest.importorskip("torch")
+
+    class Odd(torch.Tensor):
+        def is_conj(self):
+            raise RuntimeError("no answer")
+
+    z = torch.tensor([1 + 2j]).as_subclass(Odd)
+    assert dlpack_ref.exchange_api_version(Odd) == (1, 3)
+    # The table never calls is_conj; torch's __dlpack__ does, so this error
+    # proves the import went through __dlpack__, as for any table failure.
+    with pytest.raises(RuntimeError, match="no answer"):
+        dlpack_ref.from_dlpack(z)
+    assert dlpack_ref.from_dlpack(torch.tensor([1 + 2j]).as_subclass(Odd).real).tolist() == [1.0]
 
 
 def test_tvm_ffi_imports_an_array_through_our_table():
