@@ -10,9 +10,9 @@
    - overflow: inf where the type has one, else NaN (fn, fnuz), else the
      largest finite value of that sign (float6, float4: no NaN either; NaN
      into them is an error, reported by a nonzero return);
-   - float8_e8m0fnu: from the float32 bits, round half up between powers of
-     two for normal float32, half down for subnormal; 0, negatives, inf and
-     NaN give 0xFF (NaN);
+   - float8_e8m0fnu: from float32, the nearest power of two by value,
+     halfway (1.5 * 2**e) rounding up, values below 2**-127 giving 2**-127
+     (code 0); 0, negatives, inf and NaN give 0xFF (NaN);
    - float to integer: truncation toward zero; NaN gives 0 and values out of
      range saturate (C leaves these undefined; NumPy's results depend on the
      CPU);
@@ -341,7 +341,10 @@ static inline uint32_t dlref_e8m0_from_f32(float f) {
     uint32_t u = dlref_f32_bits(f), exponent;
     if (!(f > 0) || u >= 0x7F800000) return 0xFF;
     exponent = (u >> 23) & 0xFF;
-    if ((u & 0x400000) && ((u & 0x3FFFFF) || exponent > 0)) exponent++;
+    /* Below 2**-126 the float32 is subnormal (no implied bit): the nearest
+       of 2**-127 (code 0, the smallest) and 2**-126 (code 1) by value. */
+    if (exponent == 0) return (u & 0x7FFFFF) >= 0x600000;
+    if (u & 0x400000) exponent++;
     return exponent > 0xFF ? 0xFF : exponent;
 }
 
