@@ -20,8 +20,9 @@ exclude_patterns = ["_build"]
 myst_heading_anchors = 3
 myst_enable_extensions = ["colon_fence"]
 
-# Docstrings are numpydoc-style (Parameters, Returns, Raises).
-napoleon_google_docstring = False
+# Docstrings are numpydoc-style (Parameters, Returns, Raises); the testing
+# helpers use Google-style "Args:" sections, read too.
+napoleon_google_docstring = True
 napoleon_numpy_docstring = True
 autodoc_member_order = "bysource"
 autodoc_default_options = {"members": True, "show-inheritance": True}
