@@ -257,7 +257,7 @@ cdef class Array:
         cdef int64_t itemsize = dlpack_ref_storage_bits(c._dtype, c._flags) // 8
         cdef int i
         for i in range(c._ndim):
-            strides[i] = c._strides[i] * itemsize
+            strides[i] = dlref_byte_stride(c._strides[i], itemsize)
         return dlref_tolist(c._data, strides, c._shape, c._ndim, _type_id(c._dtype))
 
     def _host_bytes(self):
@@ -313,6 +313,20 @@ cdef inline bint _same_dtype(DLDataType a, DLDataType b) noexcept nogil:
 
 cdef inline int64_t _nbytes_of(Array a) noexcept:
     return dlpack_ref_nbytes(_size_of(a), dlpack_ref_storage_bits(a._dtype, a._flags))
+
+
+cdef extern from *:
+    """
+    /* The checked span bounds every stride an element is reached through, so
+       its byte stride fits int64; an axis of extent 0 or 1, or any axis of an
+       empty array, never steps, and its stride may be any int64: where the
+       bytes would overflow (undefined in C), 0 stands for it. */
+    static inline int64_t dlref_byte_stride(int64_t stride, int64_t itemsize) {
+        int64_t bytes;
+        return __builtin_mul_overflow(stride, itemsize, &bytes) ? 0 : bytes;
+    }
+    """
+    int64_t dlref_byte_stride(int64_t stride, int64_t itemsize) nogil
 
 
 cdef dict _dldtype_cache = {}
@@ -560,7 +574,7 @@ cdef tuple _block(Array a, int64_t itemsize):
     the record of that memory, so its free waits for the copy)."""
     return (<uintptr_t>a._data, a._device.device_type, a._device.device_id,
             _work_of(a) if dlpack_ref_device_cuda_family(a._device.device_type) else a._work,
-            tuple([a._strides[i] * itemsize for i in range(a._ndim)]), _is_c_contiguous(a))
+            tuple([dlref_byte_stride(a._strides[i], itemsize) for i in range(a._ndim)]), _is_c_contiguous(a))
 
 
 cdef int _device_copy(Array dst, Array src, object stream, bint dst_is_new) except -1:
@@ -719,8 +733,8 @@ cdef int _host_copy(Array dst, Array src) except -1:
         return 0
     itemsize = bits // 8
     for i in range(src._ndim):
-        dst_b[i] = dst._strides[i] * itemsize
-        src_b[i] = src._strides[i] * itemsize
+        dst_b[i] = dlref_byte_stride(dst._strides[i], itemsize)
+        src_b[i] = dlref_byte_stride(src._strides[i], itemsize)
     if _size_of(src) < _NOGIL_ELEMENTS:
         dlref_strided_copy(dst._data, dst_b, src._data, src_b, src._shape, src._ndim, <size_t>itemsize)
     else:
@@ -743,8 +757,8 @@ cdef int _host_convert(Array dst, Array src) except -1:
     if src_bits < 8 and not _is_c_contiguous(src):
         raise BufferError(f"strided conversions of packed sub-byte {src.dtype} data are not supported")
     for i in range(src._ndim):
-        dst_b[i] = dst._strides[i] * dst_item
-        src_b[i] = src._strides[i] * (src_bits // 8)
+        dst_b[i] = dlref_byte_stride(dst._strides[i], dst_item)
+        src_b[i] = dlref_byte_stride(src._strides[i], src_bits // 8)
     if _size_of(src) < _NOGIL_ELEMENTS:
         refused = dlref_convert(dst._data, dst_b, dt, src._data, src_b, st, <int>src_bits, src._shape, src._ndim)
     else:

@@ -74,7 +74,7 @@ cdef int _fill_buffer(Array a, Py_buffer* view, int flags) except -1:
     cdef int i
     for i in range(a._ndim):
         meta[i] = <Py_ssize_t>a._shape[i]
-        meta[a._ndim + i] = <Py_ssize_t>(a._strides[i] * itemsize)
+        meta[a._ndim + i] = <Py_ssize_t>dlref_byte_stride(a._strides[i], itemsize)
     if (flags & PyBUF_ANY_CONTIGUOUS) == PyBUF_ANY_CONTIGUOUS or (flags & PyBUF_C_CONTIGUOUS) == PyBUF_C_CONTIGUOUS:
         if not _is_c_contiguous(a):
             free(meta)

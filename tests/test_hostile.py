@@ -447,6 +447,30 @@ def test_a_stride_0_capsule_has_true_nbytes_within_the_byte_rule(factory):
     assert a[2**55 - 1].tolist() == 0.0 and a[::2**54].shape == (2,)
 
 
+@pytest.mark.parametrize("step", [2**61, 2**62, 2**62 + 1, 2**63 - 1])
+def test_a_stride_that_never_steps_has_no_byte_stride(step):
+    """An axis of extent 1 may keep any int64 stride; in bytes it would
+    overflow int64 (undefined in C: the sanitizer lane found tolist doing
+    it), so every byte view of it (buffer, copies, conversions) says 0, as
+    NumPy's does for n[::2**62]."""
+    a, n = dr.asarray([float(i) for i in range(10)]), np.arange(10.0)
+    v = a[::step]
+    assert v.shape == (1,)
+    assert memoryview(v).strides == ((0,) if v.strides[0] * 8 >= 2**63 else (v.strides[0] * 8,))
+    assert v.tolist() == np.asarray(memoryview(v)).tolist() == n[::step].tolist() == [0.0]
+    assert v.copy().tolist() == dr.asarray(v, dtype="float32").tolist() == [0.0]
+    b = dr.zeros(1)
+    b[...] = v
+    assert b.tolist() == [0.0]
+
+
+def test_an_empty_array_with_huge_strides_copies_and_lists(factory):
+    # Nothing is ever read of an empty array, so its strides are free too.
+    a = dr.from_dlpack(factory.make(shape=(0, 3), strides=(2**62, 2**62 + 1), dtype=(2, 64, 1)))
+    assert a.tolist() == [] and a.copy().shape == (0, 3) and memoryview(a).strides == (0, 0)
+    assert dr.asarray(a, dtype="float32").shape == (0, 3)
+
+
 @pytest.mark.parametrize("step", [2**62, 2**63, 2**70, -(2**63), -(2**70), 10**100, -(10**100)])
 def test_any_python_int_is_a_slice_step(step):
     a, n = dr.asarray([float(i) for i in range(10)]), np.arange(10.0)
