@@ -18,6 +18,15 @@
  * of an allocation's bounds, pending work that runs after its memory was
  * freed, a pop from an empty context stack.
  *
+ * Each device has a default memory pool (cuDeviceGetDefaultMemPool,
+ * cuMemPoolGet/SetAttribute): cuMemAllocAsync reuses blocks freed by
+ * cuMemFreeAsync in stream order, a free poisons its block when it runs,
+ * work that runs after the free of the memory it was enqueued for is a
+ * violation, and memory above the release threshold goes back at a
+ * synchronization. CUDASIM_MEMORY_POOLS=0 (or cudasim_set_memory_pools)
+ * makes devices report no pool support. Counters per entry point
+ * (cudasim_counter) let tests count allocations.
+ *
  * No CUDA header is needed: the few types are declared here. Built by
  * tests/support/cudasim.py.
  */
