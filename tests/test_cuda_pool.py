@@ -12,6 +12,7 @@ calls need the simulator, the ``sim`` fixture).
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import os
 import subprocess
@@ -32,52 +33,46 @@ VALUES = np.arange(N, dtype=np.float32)
 PER_CALL = ("mem_alloc", "mem_free", "host_alloc", "host_free", "pool_grow", "pool_release")
 
 
-def _d():
+def call(name, *args):
+    """``cuda.bindings.driver.<name>(*args)`` with device 0's primary
+    context current; its value (the call must succeed)."""
     from cuda.bindings import driver
-    return driver
-
-
-def _rt():
     from dlpack_ref._cuda_driver import runtime
-    return runtime()
-
-
-def _ok(out):
-    assert not out[0], out[0]
+    rt = runtime()
+    pushed = rt.enter(0)
+    try:
+        out = getattr(driver, name)(*args)
+    finally:
+        rt.leave(pushed)
+    assert not out[0], (name, out[0])
     return out[1] if len(out) == 2 else (out[1:] or None)
+
+
+def enum(kind, name):
+    from cuda.bindings import driver
+    return getattr(getattr(driver, kind), name)
 
 
 @pytest.fixture
 def stream_pair():
     """Two non-blocking streams of device 0, synchronized and destroyed after."""
-    rt = _rt()
-    pushed = rt.enter(0)
-    try:
-        made = [int(_ok(_d().cuStreamCreate(1))) for _ in range(2)]
-    finally:
-        rt.leave(pushed)
+    made = [int(call("cuStreamCreate", 1)) for _ in range(2)]
     yield made
     for s in made:
-        _ok(_d().cuStreamSynchronize(s))
-        _ok(_d().cuStreamDestroy(s))
+        call("cuStreamSynchronize", s)
+        call("cuStreamDestroy", s)
 
 
 def read_on(stream, ptr, nbytes):
-    """The bytes at ``ptr`` as a consumer on ``stream`` reads them."""
+    """The bytes at ``ptr`` as float32, as a consumer on ``stream`` reads them."""
     out = np.empty(nbytes, dtype=np.uint8)
-    rt = _rt()
-    pushed = rt.enter(0)
-    try:
-        _ok(_d().cuMemcpyAsync(out.ctypes.data, ptr, nbytes, stream))
-    finally:
-        rt.leave(pushed)
+    call("cuMemcpyAsync", out.ctypes.data, ptr, nbytes, stream)
     return out.view(np.float32)
 
 
-def _pool_supported(device=0):
-    d = _d()
-    attr = d.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED
-    return bool(_ok(d.cuDeviceGetAttribute(attr, _ok(d.cuDeviceGet(device)))))
+def _pool_supported():
+    attr = enum("CUdevice_attribute", "CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED")
+    return bool(call("cuDeviceGetAttribute", attr, call("cuDeviceGet", 0)))
 
 
 # --- no allocation per call after warm-up ------------------------------------
@@ -109,7 +104,7 @@ def test_copies_in_a_loop_allocate_nothing_after_warm_up(sim, stream_pair, kind,
             if i % 5 == 0:
                 results.append(out)   # some stay alive while others are freed
         if stream is not None:
-            _ok(_d().cuStreamSynchronize(stream))
+            call("cuStreamSynchronize", stream)
         for out in results:
             assert np.from_dlpack(out.to_device("cpu")).tolist() == VALUES.tolist()
         del results, out
@@ -129,12 +124,11 @@ def test_copies_in_a_loop_allocate_nothing_after_warm_up(sim, stream_pair, kind,
 def test_the_default_pool_keeps_freed_memory(stream_pair):
     if not _pool_supported():
         pytest.skip("device 0 has no memory pools")
-    d = _d()
     dr.zeros(4, device="cuda:0")          # the pool is set up on first use
-    dev = _ok(d.cuDeviceGet(0))
-    pool = _ok(d.cuDeviceGetDefaultMemPool(dev))
-    threshold = int(_ok(d.cuMemPoolGetAttribute(pool, d.CUmemPool_attribute.CU_MEMPOOL_ATTR_RELEASE_THRESHOLD)))
-    assert threshold >= int(_ok(d.cuDeviceTotalMem(dev))) // 4
+    dev = call("cuDeviceGet", 0)
+    pool = call("cuDeviceGetDefaultMemPool", dev)
+    threshold = call("cuMemPoolGetAttribute", pool, enum("CUmemPool_attribute", "CU_MEMPOOL_ATTR_RELEASE_THRESHOLD"))
+    assert int(threshold) >= int(call("cuDeviceTotalMem", dev)) // 4
 
 
 # --- stream order of frees and reuse ----------------------------------------
@@ -157,7 +151,7 @@ def test_memory_freed_under_a_pending_write_is_reused_after_it(sim, stream_pair)
     assert b.data_ptr == ptr
     np.testing.assert_array_equal(read_on(c, b.data_ptr, M * 4), M_VALUES)
     # a's write had to run before the free (else: reported when s runs)
-    _ok(_d().cuStreamSynchronize(s))
+    call("cuStreamSynchronize", s)
     np.testing.assert_array_equal(read_on(c, b.data_ptr, M * 4), M_VALUES)
 
 
@@ -169,8 +163,8 @@ def test_a_pending_read_of_freed_memory_sees_the_old_values(stream_pair):
     del a
     gc.collect()
     new = [dr.asarray(VALUES).to_device("cuda:0", stream=s) for _ in range(3)]   # reuse, written on s
-    _ok(_d().cuStreamSynchronize(s))
-    _ok(_d().cuStreamSynchronize(c))
+    call("cuStreamSynchronize", s)
+    call("cuStreamSynchronize", c)
     assert np.from_dlpack(h).tolist() == old.tolist()
     for b in new:
         assert np.from_dlpack(b.to_device("cpu")).tolist() == VALUES.tolist()
@@ -186,14 +180,8 @@ def test_a_freed_block_reused_on_another_stream_is_not_overwritten_by_its_free(s
     assert b.data_ptr == ptr
     # b's data is there on c and stays there once the free has run (a free
     # that ran after b's copy would have poisoned it).
-    _ok(_d().cuStreamSynchronize(c))
-    rt = _rt()
-    pushed = rt.enter(0)
-    try:
-        _ok(_d().cuStreamSynchronize(1))
-    finally:
-        rt.leave(pushed)
-    _ok(_d().cuStreamSynchronize(s))
+    for each in (c, 1, s):
+        call("cuStreamSynchronize", each)
     np.testing.assert_array_equal(read_on(c, b.data_ptr, M * 4), M_VALUES)
 
 
@@ -207,7 +195,7 @@ def test_a_cached_pinned_block_is_reused_after_its_pending_write(stream_pair):
     g = dr.asarray(M_VALUES).to_device("cuda:0").to_device("cpu")
     assert g.data_ptr == ptr
     np.testing.assert_array_equal(np.from_dlpack(g), M_VALUES)
-    _ok(_d().cuStreamSynchronize(c))             # the old copy ran before, not over g
+    call("cuStreamSynchronize", c)               # the old copy ran before, not over g
     np.testing.assert_array_equal(np.from_dlpack(g), M_VALUES)
 
 
@@ -218,27 +206,20 @@ def test_the_simulator_reports_work_that_runs_after_an_async_free(sim, stream_pa
     if not _pool_supported():
         pytest.skip("device 0 has no memory pools")
     s, c = stream_pair
-    d = _d()
-    rt = _rt()
     out = np.zeros(64, dtype=np.uint8)
-    pushed = rt.enter(0)
-    try:
-        ptr = _ok(d.cuMemAllocAsync(64, s))
-        _ok(d.cuMemsetD8Async(ptr, 1, 64, s))
-        ev = _ok(d.cuEventCreate(2))
-        _ok(d.cuEventRecord(ev, s))
-        _ok(d.cuStreamWaitEvent(c, ev, 0))
-        pinned = _ok(d.cuMemHostAlloc(64, 1))
-        _ok(d.cuMemcpyAsync(pinned, ptr, 64, c))      # ordered after the memset, not before the free
-        _ok(d.cuMemFreeAsync(ptr, s))
-        _ok(d.cuStreamSynchronize(s))                   # the free runs: poison
-        _ok(d.cuStreamSynchronize(c))                   # the copy runs after it
-        import ctypes
-        ctypes.memmove(out.ctypes.data, int(pinned), 64)
-        _ok(d.cuMemFreeHost(pinned))
-        _ok(d.cuEventDestroy(ev))
-    finally:
-        rt.leave(pushed)
+    ptr = call("cuMemAllocAsync", 64, s)
+    call("cuMemsetD8Async", ptr, 1, 64, s)
+    ev = call("cuEventCreate", 2)
+    call("cuEventRecord", ev, s)
+    call("cuStreamWaitEvent", c, ev, 0)
+    pinned = call("cuMemHostAlloc", 64, 1)
+    call("cuMemcpyAsync", pinned, ptr, 64, c)       # ordered after the memset, not before the free
+    call("cuMemFreeAsync", ptr, s)
+    call("cuStreamSynchronize", s)                  # the free runs: poison
+    call("cuStreamSynchronize", c)                  # the copy runs after it
+    ctypes.memmove(out.ctypes.data, int(pinned), 64)
+    call("cuMemFreeHost", pinned)
+    call("cuEventDestroy", ev)
     found = sim.violations()
     sim.clear()
     assert any("after cuMemFreeAsync" in v for v in found), found
@@ -249,20 +230,14 @@ def test_reuse_on_the_freeing_stream_needs_no_wait_and_poisons_nothing_new(sim, 
     if not _pool_supported():
         pytest.skip("device 0 has no memory pools")
     s, _ = stream_pair
-    d = _d()
-    rt = _rt()
-    pushed = rt.enter(0)
-    try:
-        first = _ok(d.cuMemAllocAsync(4096, s))
-        _ok(d.cuMemFreeAsync(first, s))
-        second = _ok(d.cuMemAllocAsync(4096, s))      # in s's order after the free
-        _ok(d.cuMemsetD8Async(second, 9, 4096, s))
-        out = np.zeros(4096, dtype=np.uint8)
-        _ok(d.cuMemcpyAsync(out.ctypes.data, second, 4096, s))
-        _ok(d.cuMemFreeAsync(second, s))
-        _ok(d.cuStreamSynchronize(s))
-    finally:
-        rt.leave(pushed)
+    first = call("cuMemAllocAsync", 4096, s)
+    call("cuMemFreeAsync", first, s)
+    second = call("cuMemAllocAsync", 4096, s)       # in s's order after the free
+    call("cuMemsetD8Async", second, 9, 4096, s)
+    out = np.zeros(4096, dtype=np.uint8)
+    call("cuMemcpyAsync", out.ctypes.data, second, 4096, s)
+    call("cuMemFreeAsync", second, s)
+    call("cuStreamSynchronize", s)
     assert int(second) == int(first)
     assert set(out.tolist()) == {9}
 
@@ -318,14 +293,8 @@ def test_without_memory_pools_a_cache_serves_the_copies(sim):
 # --- device to host into pinned memory ---------------------------------------
 
 def _is_pinned(ptr):
-    d = _d()
-    rt = _rt()
-    pushed = rt.enter(0)
-    try:
-        kind = _ok(d.cuPointerGetAttribute(d.CUpointer_attribute.CU_POINTER_ATTRIBUTE_MEMORY_TYPE, ptr))
-    finally:
-        rt.leave(pushed)
-    return int(kind) == int(d.CUmemorytype.CU_MEMORYTYPE_HOST)
+    kind = call("cuPointerGetAttribute", enum("CUpointer_attribute", "CU_POINTER_ATTRIBUTE_MEMORY_TYPE"), ptr)
+    return int(kind) == int(enum("CUmemorytype", "CU_MEMORYTYPE_HOST"))
 
 
 @pytest.mark.parametrize("stream", [None, -1, "handle"])
@@ -335,7 +304,7 @@ def test_device_to_host_lands_in_pinned_memory_with_the_values(stream_pair, stre
     a = dr.asarray(big).to_device("cuda:0")
     h = a.to_device("cpu", stream=s)
     if s not in (None, -1):
-        _ok(_d().cuStreamSynchronize(s))
+        call("cuStreamSynchronize", s)
     assert h.device == dr.Device("cpu")
     assert _is_pinned(h.data_ptr)
     np.testing.assert_array_equal(np.from_dlpack(h), big)

@@ -804,28 +804,32 @@ static CUresult simDeviceGetDefaultMemPool(CUmemoryPool *out, CUdevice dev) {
 
 /* CUmemPool_attribute: 1-3 reuse flags (int), 4 release threshold,
  * 5 reserved and 7 used memory (cuuint64_t, 5 and 7 read-only). */
-static CUresult simMemPoolSetAttribute(CUmemoryPool h, int attr, void *value) {
-    ENTER("cuMemPoolSetAttribute");
-    CUresult err;
-    MemPool *pool = find_pool(h, call_name, &err);
-    if (!pool) RETURN(err);
+/* The pool an attribute call names, and its value pointer, checked. */
+#define ENTER_POOL(name) \
+    ENTER(name); \
+    CUresult err; \
+    MemPool *pool = find_pool(h, call_name, &err); \
+    if (!pool) RETURN(err); \
     if (!value) RETURN(CUDA_ERROR_INVALID_VALUE);
-    switch (attr) {
-    case 1: pool->follow_events = *(int *)value != 0; break;
-    case 2: pool->opportunistic = *(int *)value != 0; break;
-    case 3: pool->internal_deps = *(int *)value != 0; break;
-    case 4: pool->release_threshold = *(unsigned long long *)value; break;
-    default: FAIL(CUDA_ERROR_INVALID_VALUE, "cuMemPoolSetAttribute: attribute %d cannot be set here", attr);
-    }
+
+static int *pool_flag(MemPool *pool, int attr) {
+    if (attr == 1) return &pool->follow_events;
+    if (attr == 2) return &pool->opportunistic;
+    if (attr == 3) return &pool->internal_deps;
+    return NULL;
+}
+
+static CUresult simMemPoolSetAttribute(CUmemoryPool h, int attr, void *value) {
+    ENTER_POOL("cuMemPoolSetAttribute");
+    int *flag = pool_flag(pool, attr);
+    if (flag) *flag = *(int *)value != 0;
+    else if (attr == 4) pool->release_threshold = *(unsigned long long *)value;
+    else FAIL(CUDA_ERROR_INVALID_VALUE, "cuMemPoolSetAttribute: attribute %d cannot be set here", attr);
     RETURN(CUDA_SUCCESS);
 }
 
 static CUresult simMemPoolGetAttribute(CUmemoryPool h, int attr, void *value) {
-    ENTER("cuMemPoolGetAttribute");
-    CUresult err;
-    MemPool *pool = find_pool(h, call_name, &err);
-    if (!pool) RETURN(err);
-    if (!value) RETURN(CUDA_ERROR_INVALID_VALUE);
+    ENTER_POOL("cuMemPoolGetAttribute");
     unsigned long long reserved = 0, used = 0;
     for (size_t i = 0; i < allocs_n; i++) {
         Alloc *a = allocs[i];
@@ -833,15 +837,12 @@ static CUresult simMemPoolGetAttribute(CUmemoryPool h, int attr, void *value) {
         reserved += a->cap;
         if (a->live && !a->free_pending) used += a->cap;
     }
-    switch (attr) {
-    case 1: *(int *)value = pool->follow_events; break;
-    case 2: *(int *)value = pool->opportunistic; break;
-    case 3: *(int *)value = pool->internal_deps; break;
-    case 4: *(unsigned long long *)value = pool->release_threshold; break;
-    case 5: *(unsigned long long *)value = reserved; break;
-    case 7: *(unsigned long long *)value = used; break;
-    default: RETURN(CUDA_ERROR_INVALID_VALUE);
-    }
+    int *flag = pool_flag(pool, attr);
+    if (flag) *(int *)value = *flag;
+    else if (attr == 4) *(unsigned long long *)value = pool->release_threshold;
+    else if (attr == 5) *(unsigned long long *)value = reserved;
+    else if (attr == 7) *(unsigned long long *)value = used;
+    else RETURN(CUDA_ERROR_INVALID_VALUE);
     RETURN(CUDA_SUCCESS);
 }
 
