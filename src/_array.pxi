@@ -577,7 +577,7 @@ cdef tuple _block(Array a, int64_t itemsize):
             tuple([dlref_byte_stride(a._strides[i], itemsize) for i in range(a._ndim)]), _is_c_contiguous(a))
 
 
-cdef int _device_copy(Array dst, Array src, object stream, bint dst_is_new) except -1:
+cdef int _device_copy(Array dst, Array src, object stream) except -1:
     """Copy src into dst (same shape) through dlpack_ref.cuda."""
     cdef int64_t bits = dlpack_ref_storage_bits(src._dtype, src._flags)
     cdef int64_t itemsize = bits // 8 if bits >= 8 else 0
@@ -587,7 +587,7 @@ cdef int _device_copy(Array dst, Array src, object stream, bint dst_is_new) exce
         src = _copy_to(src, src._device, None)
     cuda = _cuda()
     cuda.copy_array(cuda.Block(*_block(dst, itemsize)), cuda.Block(*_block(src, itemsize)), src.shape,
-                    itemsize, <size_t>((_size_of(src) * bits + 7) // 8), stream, dst_is_new=dst_is_new)
+                    itemsize, <size_t>((_size_of(src) * bits + 7) // 8), stream)
     return 0
 
 
@@ -654,9 +654,13 @@ cdef Array _empty(tuple shape, DLDataType dt, DLDevice device, bint padded_subby
     return _empty_dims(dims, nd, dt, device, padded_subbyte)
 
 
-cdef Array _empty_dims(const int64_t* dims, int32_t nd, DLDataType dt, DLDevice device, bint padded_subbyte=True):
+cdef Array _empty_dims(const int64_t* dims, int32_t nd, DLDataType dt, DLDevice device, bint padded_subbyte=True,
+                       tuple copy_from=None):
     """_empty of a shape given as a C array (no tuple made: copies of
-    existing Arrays call this)."""
+    existing Arrays call this). ``copy_from``: (device type, device id,
+    stream) of the source when the memory is the destination of a device
+    copy issued next (dlpack_ref.cuda allocates it in that copy's stream
+    order)."""
     dlpack_check_dtype(dt)
     cdef Array a = _new_array(nd)
     cdef int i
@@ -685,7 +689,7 @@ cdef Array _empty_dims(const int64_t* dims, int32_t nd, DLDataType dt, DLDevice 
             raise MemoryError(f"cannot allocate {nbytes} bytes for an Array of shape {tuple([dims[j] for j in range(nd)])!r}")
         a._data = <char*>a._host_alloc
     elif dlpack_ref_device_supported(device.device_type):
-        owner = _cuda().allocate(_device_object(device), nbytes)
+        owner = _cuda().allocate(_device_object(device), nbytes, copy_from)
         a._base = owner
         a._work = owner.work
         a._data = <char*><uintptr_t>owner.ptr
@@ -700,20 +704,26 @@ cdef Array _copy_to(Array src, DLDevice target, object stream):
     """A C-contiguous copy of src on target; device transfers go through
     dlpack_ref.cuda, ordered on `stream`."""
     cdef DLDevice memory = target
-    if target.device_type == kDLCPU and src._device.device_type != kDLCPU and stream is not None \
-            and not (type(stream) is int and stream == -1):
-        # A copy to the host that must not block needs page-locked memory (a
-        # copy into pageable memory returns only when done); it is still
-        # host memory, so the Array says CPU.
+    cdef tuple copy_from = None
+    if target.device_type == kDLCPU and src._device.device_type != kDLCPU and (
+            not dlpack_ref_device_host_accessible(src._device.device_type)
+            or (stream is not None and not (type(stream) is int and stream == -1))):
+        # A copy of device memory to the host lands in page-locked memory:
+        # it runs at pinned bandwidth (a copy into pageable memory is staged
+        # by the driver) and, on a stream, does not block (one into pageable
+        # memory returns only when done). It is still host memory, so the
+        # Array says CPU. See docs/cuda.md, "The allocation model".
         memory.device_type = kDLCUDAHost
         memory.device_id = 0
+    if src._device.device_type != kDLCPU or target.device_type != kDLCPU:
+        copy_from = (src._device.device_type, src._device.device_id, stream)
     cdef Array dst = _empty_dims(src._shape, src._ndim, src._dtype, memory,
-                                 (src._flags & DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED) != 0)
+                                 (src._flags & DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED) != 0, copy_from)
     dst._device = target
     if src._device.device_type == kDLCPU and target.device_type == kDLCPU:
         _host_copy(dst, src)
     else:
-        _device_copy(dst, src, stream, True)
+        _device_copy(dst, src, stream)
     return dst
 
 
@@ -800,7 +810,7 @@ cdef int _assign(Array dst, Array src) except -1:
             and dst._device.device_type == kDLCPU and b._device.device_type == kDLCPU:
         _host_copy(dst, b)
     else:
-        _device_copy(dst, b, None, False)
+        _device_copy(dst, b, None)
     return 0
 
 

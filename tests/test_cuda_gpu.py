@@ -99,17 +99,23 @@ def test_memory_is_returned(stream):
     from dlpack_ref._cuda_driver import runtime
     rt = runtime()
     pushed = rt.enter(0)
-    try:
-        free_before, _ = _check_pair(d.cuMemGetInfo())
+    def round_trip():
         arrays = [dr.empty((64 << 20,), dtype="uint8", device="cuda:0") for _ in range(8)]
         caps = [a.__dlpack__(max_version=(1, 3), stream=stream) for a in arrays]
         views = [dr.from_dlpack(c) for c in caps]
         del arrays, caps, views
         gc.collect()
-        free_after, _ = _check_pair(d.cuMemGetInfo())
+        _check(d.cuStreamSynchronize(1))
+        return _check_pair(d.cuMemGetInfo())[0]
+
+    try:
+        # Freed memory stays in the device's memory pool (or cache) for
+        # reuse: after a first round, more rounds take no more memory.
+        warm = round_trip()
+        free_after = min(round_trip(), round_trip())
     finally:
         rt.leave(pushed)
-    assert free_after >= free_before - (16 << 20)
+    assert free_after >= warm - (16 << 20)
 
 
 def _check_pair(out):

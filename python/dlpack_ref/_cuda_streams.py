@@ -141,6 +141,34 @@ class PendingWork:
                 rt.leave(pushed)
             rt.give_event(dev, ev)
 
+    def order_all_before(self, waiter: int, device_id: int) -> None:
+        """Make stream ``waiter`` (1 and 2: of ``device_id``) wait for the
+        pending write and every recorded use (event waits, the host never
+        blocks); nothing is pending here after. Before the memory is freed
+        or handed to a new owner in the order of ``waiter``."""
+        self.order_before(waiter, device_id)
+        self._drop_event()
+        self._legacy_device = -1
+        uses, self._uses = self._uses, []
+        if not uses:
+            return
+        rt = runtime()
+        d = rt.driver
+        dev = rt.stream_device(waiter, device_id)
+        pushed = rt.enter(dev)
+        try:
+            for ev, _ in uses:
+                check(d.cuStreamWaitEvent(waiter, ev, 0), "cuStreamWaitEvent")
+        finally:
+            rt.leave(pushed)
+            for ev, used_dev in uses:
+                rt.give_event(used_dev, ev)
+
+    @property
+    def unused(self) -> bool:
+        """Whether neither a write nor a recorded use is pending."""
+        return self.idle and not self._uses
+
     def _drop_event(self) -> None:
         ev, self._event = self._event, None
         if ev is not None:

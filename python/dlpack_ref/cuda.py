@@ -9,10 +9,11 @@ passes what each call needs (pointers, devices, strides and the memory's
 here reads an Array:
 
 - ``require()``: raise CUDAUnavailableError naming what is missing;
-- ``allocate(device, nbytes) -> owner`` with ``.ptr`` and ``.work``, freed
-  exactly once;
-- ``copy_array(dst, src, shape, itemsize, nbytes, stream, *, dst_is_new)``
-  with two ``Block`` descriptions, and ``memset(...)``;
+- ``allocate(device, nbytes, copy_from=None) -> owner`` with ``.ptr`` and
+  ``.work``, given back exactly once (to the device's memory pool, a cache
+  or the driver), in the order of the copy ``copy_from`` names;
+- ``copy_array(dst, src, shape, itemsize, nbytes, stream)`` with two
+  ``Block`` descriptions, and ``memset(...)``;
 - ``export_sync(work, device_type, device_id, stream)``: what ``__dlpack__``
   does for the consumer's stream;
 - ``host_wait(work)``: before the host reads pinned or managed memory;

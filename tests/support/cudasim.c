@@ -18,6 +18,15 @@
  * of an allocation's bounds, pending work that runs after its memory was
  * freed, a pop from an empty context stack.
  *
+ * Each device has a default memory pool (cuDeviceGetDefaultMemPool,
+ * cuMemPoolGet/SetAttribute): cuMemAllocAsync reuses blocks freed by
+ * cuMemFreeAsync in stream order, a free poisons its block when it runs,
+ * work that runs after the free of the memory it was enqueued for is a
+ * violation, and memory above the release threshold goes back at a
+ * synchronization. CUDASIM_MEMORY_POOLS=0 (or cudasim_set_memory_pools)
+ * makes devices report no pool support. Counters per entry point
+ * (cudasim_counter) let tests count allocations.
+ *
  * No CUDA header is needed: the few types are declared here. Built by
  * tests/support/cudasim.py.
  */
@@ -36,6 +45,7 @@ typedef unsigned long long CUdeviceptr;
 typedef void *CUcontext;
 typedef void *CUstream;
 typedef void *CUevent;
+typedef void *CUmemoryPool;
 
 enum {
     CUDA_SUCCESS = 0, CUDA_ERROR_INVALID_VALUE = 1, CUDA_ERROR_OUT_OF_MEMORY = 2,
@@ -89,6 +99,8 @@ typedef struct {
     struct stream *wait_on;  /* OP_WAIT */
     size_t wait_seq;
     const char *call;
+    struct alloc *dst_alloc, *src_alloc;  /* driver memory the op touches, */
+    unsigned dst_gen, src_gen;            /* as allocated when it was enqueued */
 } Op;
 
 enum { STREAM_USER = 0, STREAM_LEGACY = 1, STREAM_PER_THREAD = 2 };
@@ -107,16 +119,41 @@ typedef struct {
     size_t seq;
 } Event;
 
-typedef struct {
+typedef struct alloc {
     char *ptr;
     size_t size;
     int kind, device, live;
+    /* Memory of a pool (cuMemAllocAsync): cap is the block's real size;
+     * gen counts its allocations; freed_gen is the last generation whose
+     * cuMemFreeAsync has run; free_pending: a free is enqueued. */
+    int pooled, free_pending;
+    size_t cap;
+    unsigned gen, freed_gen;
 } Alloc;
+
+/* A device's default memory pool: blocks freed by cuMemFreeAsync wait here
+ * for reuse, in stream order. */
+typedef struct {
+    Alloc *alloc;
+    struct stream *freed_on;
+    size_t free_seq;   /* the free has run once freed_on->done >= free_seq */
+    unsigned gen;
+} PoolBlock;
+
+typedef struct {
+    int device;
+    unsigned long long release_threshold;
+    int follow_events, opportunistic, internal_deps;
+    PoolBlock *blocks;
+    size_t n, cap;
+} MemPool;
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static int initialized, device_count = 2;
 static Context contexts[MAX_DEVICES];
 static int retained[MAX_DEVICES];
+static MemPool mempools[MAX_DEVICES];
+static int memory_pools_supported = 1;   /* CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED */
 
 #define VEC(T, name) static T **name; static size_t name##_n, name##_cap;
 VEC(Stream, streams)
@@ -137,6 +174,11 @@ static size_t violation_len, violation_count;
 /* counters readable through cudasim_counter */
 static long n_alloc, n_free, n_events_created, n_events_destroyed, n_ctx_sync,
     n_stream_sync, n_event_sync, n_waits, n_records, n_copies, n_retains;
+/* per entry point: cuMemAlloc, cuMemFree, cuMemHostAlloc/cuMemAllocHost,
+ * cuMemFreeHost, cuMemAllocAsync, cuMemFreeAsync; pool blocks reused, made
+ * (the pool grew) and released back to the system (above the threshold) */
+static long n_mem_alloc, n_mem_free, n_host_alloc, n_host_free, n_alloc_async, n_free_async,
+    n_pool_reuse, n_pool_grow, n_pool_release;
 
 static void violation(const char *fmt, ...) {
     char line[512];
@@ -252,7 +294,18 @@ static Alloc *find_alloc(const void *p, size_t n) {
 
 /* --- queues ---------------------------------------------------------- */
 
+static Alloc *find_alloc(const void *p, size_t n);
+static void release_pools(void);
+
 static void push_op(Stream *s, Op op) {
+    if (op.type == OP_COPY || op.type == OP_COPY2D || op.type == OP_MEMSET) {
+        Alloc *d = find_alloc(op.dst, 1), *r = op.src ? find_alloc(op.src, 1) : NULL;
+        if (d && d->live) { op.dst_alloc = d; op.dst_gen = d->gen; }
+        if (r && r->live && !op.snapshot) { op.src_alloc = r; op.src_gen = r->gen; }
+        if ((d && d->live && d->free_pending) || (r && r->live && r->free_pending && !op.snapshot))
+            violation("%s: enqueued on memory %p whose cuMemFreeAsync is already enqueued", op.call,
+                      (void *)(d && d->free_pending ? op.dst : op.src));
+    }
     if (s->n == s->cap) {
         s->cap = s->cap ? 2 * s->cap : 16;
         s->ops = realloc(s->ops, s->cap * sizeof *s->ops);
@@ -283,8 +336,21 @@ static void enqueue(Stream *s, Op op) {
     push_op(s, op);
 }
 
+/* Work on pool memory whose free (of the generation it was enqueued for)
+ * has run is a use after free, even when the block was allocated again. */
+static int check_generation(const Alloc *a, unsigned gen, const char *p, const char *what, const Op *op) {
+    if (a && a->pooled && a->freed_gen >= gen) {
+        violation("%s: pending work ran after cuMemFreeAsync of its %s memory %p", op->call, what, (void *)p);
+        return 0;
+    }
+    return 1;
+}
+
 static int check_live(const char *p, size_t n, const char *what, const Op *op) {
     if (!n) return 1;
+    if (!check_generation(what[0] == 'd' ? op->dst_alloc : op->src_alloc,
+                          what[0] == 'd' ? op->dst_gen : op->src_gen, p, what, op))
+        return 0;
     Alloc *a = find_alloc(p, n);
     if (a && !a->live) {
         violation("%s: pending work ran after cuMemFree of its %s memory %p", op->call, what, (void *)p);
@@ -318,6 +384,13 @@ static void execute(Op *op) {
         if (check_live(op->dst, op->n, "destination", op)) memset(op->dst, op->value, op->n);
         break;
     case OP_FREE: {
+        if (op->dst_alloc) {            /* pool memory: poisoned, reusable in stream order */
+            Alloc *a = op->dst_alloc;
+            if (a->freed_gen < op->dst_gen) a->freed_gen = op->dst_gen;
+            if (a->gen == op->dst_gen) a->live = 0;
+            memset(a->ptr, POISON, a->cap);
+            break;
+        }
         Alloc *a = find_alloc(op->dst, 1);
         if (a && a->live && a->ptr == op->dst) {
             a->live = 0;
@@ -355,6 +428,12 @@ static CUresult simInit(unsigned int flags) {
         if (env) device_count = atoi(env);
         if (device_count < 0) device_count = 0;
         if (device_count > MAX_DEVICES) device_count = MAX_DEVICES;
+        const char *pools = getenv("CUDASIM_MEMORY_POOLS");
+        if (pools) memory_pools_supported = atoi(pools) != 0;
+        for (int i = 0; i < device_count; i++) {
+            mempools[i].device = i;
+            mempools[i].follow_events = mempools[i].opportunistic = mempools[i].internal_deps = 1;
+        }
         for (int i = 0; i < device_count; i++) {
             contexts[i].device = i;
             contexts[i].legacy = new_stream(&contexts[i], STREAM_LEGACY, 0);
@@ -412,6 +491,7 @@ static CUresult simDeviceGetAttribute(int *value, int attr, CUdevice dev) {
     case 41: *value = 1; break;                     /* UNIFIED_ADDRESSING */
     case 83: *value = 1; break;                     /* MANAGED_MEMORY */
     case 89: *value = 1; break;                     /* CONCURRENT_MANAGED_ACCESS */
+    case 115: *value = memory_pools_supported; break; /* MEMORY_POOLS_SUPPORTED */
     default: *value = 0;
     }
     RETURN(CUDA_SUCCESS);
@@ -492,6 +572,7 @@ static CUresult simCtxSynchronize(void) {
     if (!c) FAIL(CUDA_ERROR_INVALID_CONTEXT, "cuCtxSynchronize: no current context");
     n_ctx_sync++;
     run_context(c);
+    release_pools();
     RETURN(CUDA_SUCCESS);
 }
 
@@ -528,7 +609,9 @@ static CUresult alloc(void **out, size_t size, int kind, const char *call) {
 
 static CUresult simMemAlloc(CUdeviceptr *p, size_t size) {
     ENTER("cuMemAlloc");
-    RETURN(alloc((void **)p, size, KIND_DEVICE, call_name));
+    CUresult r = alloc((void **)p, size, KIND_DEVICE, call_name);
+    if (!r) n_mem_alloc++;
+    RETURN(r);
 }
 
 static CUresult simMemAllocManaged(CUdeviceptr *p, size_t size, unsigned int flags) {
@@ -540,12 +623,16 @@ static CUresult simMemAllocManaged(CUdeviceptr *p, size_t size, unsigned int fla
 static CUresult simMemHostAlloc(void **p, size_t size, unsigned int flags) {
     ENTER("cuMemHostAlloc");
     (void)flags;
-    RETURN(alloc(p, size, KIND_PINNED, call_name));
+    CUresult r = alloc(p, size, KIND_PINNED, call_name);
+    if (!r) n_host_alloc++;
+    RETURN(r);
 }
 
 static CUresult simMemAllocHost(void **p, size_t size) {
     ENTER("cuMemAllocHost");
-    RETURN(alloc(p, size, KIND_PINNED, call_name));
+    CUresult r = alloc(p, size, KIND_PINNED, call_name);
+    if (!r) n_host_alloc++;
+    RETURN(r);
 }
 
 /* cuMemFree "may" synchronize (cuda.h): here it does not, so pending work on
@@ -560,7 +647,12 @@ static CUresult free_alloc(void *p, int host, const char *call) {
         violation("%s: %p was allocated as %s memory", call, p, a->kind == KIND_PINNED ? "pinned host" : "device");
         return CUDA_ERROR_INVALID_VALUE;
     }
+    if (a->pooled) {
+        violation("%s: %p belongs to a memory pool (cuMemAllocAsync): free it with cuMemFreeAsync", call, p);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
     a->live = 0;
+    if (host) n_host_free++; else n_mem_free++;
     /* The bytes stay allocated (poisoned) so late work is detected, not a crash. */
     memset(a->ptr, POISON, a->size);
     n_free++;
@@ -577,17 +669,66 @@ static CUresult simMemFreeHost(void *p) {
     RETURN(free_alloc(p, 1, call_name));
 }
 
+/* Stream-ordered allocation from the device's default pool, with the reuse
+ * rules of CUDA's pools: a block freed on the allocating stream is reused
+ * in that stream's order; one freed on another stream is reused when its
+ * free has already run (REUSE_ALLOW_OPPORTUNISTIC) or, with
+ * REUSE_ALLOW_INTERNAL_DEPENDENCIES, after a wait the allocation inserts
+ * on the freeing stream. A free's block is poisoned when the free runs;
+ * work enqueued for the old allocation that runs later is a violation.
+ * Blocks are not split: a block is reused for a request it fits (at most
+ * twice the request). */
 static CUresult simMemAllocAsync(CUdeviceptr *p, size_t size, CUstream h) {
     ENTER("cuMemAllocAsync");
     CUresult err;
     Stream *s = resolve(h, call_name, &err);
     if (!s) RETURN(err);
-    Context *c = current();
-    int pushed = 0;
-    if (!c || c != s->ctx) { ctx_stack[ctx_depth++] = s->ctx; pushed = 1; }
-    CUresult r = alloc((void **)p, size, KIND_DEVICE, call_name);
-    if (pushed) ctx_depth--;
-    RETURN(r);
+    if (!memory_pools_supported)
+        FAIL(CUDA_ERROR_NOT_SUPPORTED, "cuMemAllocAsync: device %d reports no memory pool support", s->ctx->device);
+    if (!size) RETURN(CUDA_ERROR_INVALID_VALUE);
+    MemPool *pool = &mempools[s->ctx->device];
+    Alloc *a = NULL;
+    for (size_t i = 0; i < pool->n && !a; i++) {
+        PoolBlock *b = &pool->blocks[i];
+        if (b->alloc->cap < size || b->alloc->cap > 2 * size) continue;
+        int done = b->freed_on->done >= b->free_seq;
+        if (b->freed_on == s || (done && pool->opportunistic)) {
+            a = b->alloc;
+        } else if (pool->internal_deps) {
+            push_wait(s, b->freed_on, b->free_seq);
+            a = b->alloc;
+        } else {
+            continue;
+        }
+        pool->blocks[i] = pool->blocks[--pool->n];
+    }
+    if (a) {
+        n_pool_reuse++;
+    } else {
+        Context *c = current();
+        int pushed = 0;
+        if (c != s->ctx) { ctx_stack[ctx_depth++] = s->ctx; pushed = 1; }
+        void *fresh;
+        CUresult r = alloc(&fresh, size, KIND_DEVICE, call_name);
+        if (pushed) ctx_depth--;
+        if (r) RETURN(r);
+        a = find_alloc(fresh, 1);
+        a->pooled = 1;
+        a->cap = size;
+        n_pool_grow++;
+    }
+    a->live = 1;
+    a->free_pending = 0;
+    a->size = size;
+    a->gen++;
+    /* The allocation is stream work: other streams use it after an event. */
+    Op mark = {0};
+    mark.type = OP_WAIT;
+    mark.wait_on = s;
+    enqueue(s, mark);
+    n_alloc_async++;
+    *p = (CUdeviceptr)(uintptr_t)a->ptr;
+    RETURN(CUDA_SUCCESS);
 }
 
 static CUresult simMemFreeAsync(CUdeviceptr p, CUstream h) {
@@ -596,13 +737,112 @@ static CUresult simMemFreeAsync(CUdeviceptr p, CUstream h) {
     Stream *s = resolve(h, call_name, &err);
     if (!s) RETURN(err);
     Alloc *a = find_alloc((void *)(uintptr_t)p, 1);
-    if (!a || !a->live || a->ptr != (char *)(uintptr_t)p || a->kind != KIND_DEVICE)
+    if (!a || !a->live || a->free_pending || a->ptr != (char *)(uintptr_t)p || a->kind != KIND_DEVICE)
         FAIL(CUDA_ERROR_INVALID_VALUE, "cuMemFreeAsync: %p is not a live device allocation", (void *)(uintptr_t)p);
     Op op = {0};
     op.type = OP_FREE;
     op.dst = a->ptr;
     op.call = call_name;
+    if (a->pooled) {
+        op.dst_alloc = a;
+        op.dst_gen = a->gen;
+        a->free_pending = 1;
+    }
     enqueue(s, op);
+    n_free_async++;
+    if (a->pooled) {
+        MemPool *pool = &mempools[a->device];
+        if (pool->n == pool->cap) {
+            pool->cap = pool->cap ? 2 * pool->cap : 16;
+            pool->blocks = realloc(pool->blocks, pool->cap * sizeof *pool->blocks);
+        }
+        PoolBlock b = {a, s, s->n, a->gen};
+        pool->blocks[pool->n++] = b;
+    }
+    RETURN(CUDA_SUCCESS);
+}
+
+/* At a synchronization, a pool holding more freed (and completed) memory
+ * than its release threshold gives it back to the system. */
+static void release_pools(void) {
+    for (int d = 0; d < device_count; d++) {
+        MemPool *pool = &mempools[d];
+        unsigned long long held = 0;
+        for (size_t i = 0; i < pool->n; i++) held += pool->blocks[i].alloc->cap;
+        for (size_t i = 0; i < pool->n && held > pool->release_threshold;) {
+            PoolBlock *b = &pool->blocks[i];
+            if (b->freed_on->done < b->free_seq) { i++; continue; }
+            Alloc *a = b->alloc;
+            held -= a->cap;
+            a->pooled = 2;          /* released: never handed out again */
+            for (size_t k = 0; k < allocs_n; k++)
+                if (allocs[k] == a) { allocs[k] = allocs[--allocs_n]; break; }
+            free(a->ptr);
+            a->ptr = NULL;
+            n_pool_release++;
+            pool->blocks[i] = pool->blocks[--pool->n];
+        }
+    }
+}
+
+static MemPool *find_pool(CUmemoryPool h, const char *call, CUresult *err) {
+    for (int i = 0; i < device_count; i++)
+        if (h == (CUmemoryPool)&mempools[i]) return &mempools[i];
+    violation("%s: %p is not a memory pool", call, h);
+    *err = CUDA_ERROR_INVALID_VALUE;
+    return NULL;
+}
+
+static CUresult simDeviceGetDefaultMemPool(CUmemoryPool *out, CUdevice dev) {
+    ENTER("cuDeviceGetDefaultMemPool");
+    if (dev < 0 || dev >= device_count) RETURN(CUDA_ERROR_INVALID_DEVICE);
+    if (!memory_pools_supported)
+        FAIL(CUDA_ERROR_NOT_SUPPORTED, "cuDeviceGetDefaultMemPool: device %d reports no memory pool support", dev);
+    *out = &mempools[dev];
+    RETURN(CUDA_SUCCESS);
+}
+
+/* CUmemPool_attribute: 1-3 reuse flags (int), 4 release threshold,
+ * 5 reserved and 7 used memory (cuuint64_t, 5 and 7 read-only). */
+/* The pool an attribute call names, and its value pointer, checked. */
+#define ENTER_POOL(name) \
+    ENTER(name); \
+    CUresult err; \
+    MemPool *pool = find_pool(h, call_name, &err); \
+    if (!pool) RETURN(err); \
+    if (!value) RETURN(CUDA_ERROR_INVALID_VALUE);
+
+static int *pool_flag(MemPool *pool, int attr) {
+    if (attr == 1) return &pool->follow_events;
+    if (attr == 2) return &pool->opportunistic;
+    if (attr == 3) return &pool->internal_deps;
+    return NULL;
+}
+
+static CUresult simMemPoolSetAttribute(CUmemoryPool h, int attr, void *value) {
+    ENTER_POOL("cuMemPoolSetAttribute");
+    int *flag = pool_flag(pool, attr);
+    if (flag) *flag = *(int *)value != 0;
+    else if (attr == 4) pool->release_threshold = *(unsigned long long *)value;
+    else FAIL(CUDA_ERROR_INVALID_VALUE, "cuMemPoolSetAttribute: attribute %d cannot be set here", attr);
+    RETURN(CUDA_SUCCESS);
+}
+
+static CUresult simMemPoolGetAttribute(CUmemoryPool h, int attr, void *value) {
+    ENTER_POOL("cuMemPoolGetAttribute");
+    unsigned long long reserved = 0, used = 0;
+    for (size_t i = 0; i < allocs_n; i++) {
+        Alloc *a = allocs[i];
+        if (a->pooled != 1 || a->device != pool->device) continue;
+        reserved += a->cap;
+        if (a->live && !a->free_pending) used += a->cap;
+    }
+    int *flag = pool_flag(pool, attr);
+    if (flag) *(int *)value = *flag;
+    else if (attr == 4) *(unsigned long long *)value = pool->release_threshold;
+    else if (attr == 5) *(unsigned long long *)value = reserved;
+    else if (attr == 7) *(unsigned long long *)value = used;
+    else RETURN(CUDA_ERROR_INVALID_VALUE);
     RETURN(CUDA_SUCCESS);
 }
 
@@ -798,6 +1038,7 @@ static CUresult simStreamSynchronize(CUstream h) {
     if (!s) RETURN(err);
     n_stream_sync++;
     run(s, s->n);
+    release_pools();
     RETURN(CUDA_SUCCESS);
 }
 
@@ -895,6 +1136,7 @@ static CUresult simEventSynchronize(CUevent e) {
     if (!ev) RETURN(err);
     n_event_sync++;
     if (ev->recorded) run(ev->stream, ev->seq);
+    release_pools();
     RETURN(CUDA_SUCCESS);
 }
 
@@ -990,6 +1232,9 @@ static const Entry entries[] = {
     {"cuMemAllocAsync", (void *)simMemAllocAsync, 0},
     {"cuMemFreeAsync", (void *)simMemFreeAsync, 0},
     {"cuMemGetInfo", (void *)simMemGetInfo, 0},
+    {"cuDeviceGetDefaultMemPool", (void *)simDeviceGetDefaultMemPool, 0},
+    {"cuMemPoolSetAttribute", (void *)simMemPoolSetAttribute, 0},
+    {"cuMemPoolGetAttribute", (void *)simMemPoolGetAttribute, 0},
     {"cuMemcpy", (void *)simMemcpy, 0},
     {"cuMemcpyAsync", (void *)simMemcpyAsync, 0},
     {"cuMemcpyPeerAsync", (void *)simMemcpyPeerAsync, 0},
@@ -1074,6 +1319,9 @@ long cudasim_counter(const char *name) {
         {"events_destroyed", &n_events_destroyed}, {"ctx_sync", &n_ctx_sync},
         {"stream_sync", &n_stream_sync}, {"event_sync", &n_event_sync}, {"waits", &n_waits},
         {"records", &n_records}, {"copies", &n_copies}, {"retains", &n_retains},
+        {"mem_alloc", &n_mem_alloc}, {"mem_free", &n_mem_free}, {"host_alloc", &n_host_alloc},
+        {"host_free", &n_host_free}, {"alloc_async", &n_alloc_async}, {"free_async", &n_free_async},
+        {"pool_reuse", &n_pool_reuse}, {"pool_grow", &n_pool_grow}, {"pool_release", &n_pool_release},
     };
     for (size_t i = 0; i < sizeof table / sizeof *table; i++)
         if (!strcmp(table[i].name, name)) return *table[i].value;
@@ -1082,3 +1330,11 @@ long cudasim_counter(const char *name) {
 
 /* Primary contexts retained (and not released) on a device. */
 int cudasim_retained(int device) { return device >= 0 && device < MAX_DEVICES ? retained[device] : -1; }
+
+/* Whether devices report memory pool support (CUDASIM_MEMORY_POOLS=0 at
+ * start, or this call) : the fallback when they do not. */
+void cudasim_set_memory_pools(int supported) {
+    pthread_mutex_lock(&lock);
+    memory_pools_supported = supported != 0;
+    pthread_mutex_unlock(&lock);
+}

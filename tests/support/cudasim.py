@@ -83,6 +83,7 @@ def load() -> ctypes.CDLL:
     lib.cudasim_counter.restype = ctypes.c_long
     lib.cudasim_counter.argtypes = [ctypes.c_char_p]
     lib.cudasim_retained.argtypes = [ctypes.c_int]
+    lib.cudasim_set_memory_pools.argtypes = [ctypes.c_int]
     _lib = lib
     return lib
 
@@ -129,6 +130,15 @@ class Simulator:
 
     def retained(self, device: int) -> int:
         return self._lib.cudasim_retained(device)
+
+    def counters(self, *names: str) -> dict:
+        """Several counters at once, by name."""
+        return {n: self.counter(n) for n in names}
+
+    def set_memory_pools(self, supported: bool) -> None:
+        """What devices answer for CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED
+        from now on (CUDASIM_MEMORY_POOLS=0 sets it at start)."""
+        self._lib.cudasim_set_memory_pools(int(supported))
 
 
 def main(argv: list[str]) -> None:
