@@ -263,14 +263,51 @@ def elementwise_values(x):
 
 
 @dataclasses.dataclass
+class CudaProducer:
+    """What the CUDA checks (``cuda.*``) need to know about a library that can
+    make arrays in CUDA memory.
+
+    ``factory(kind, values)`` returns an array of ``kind`` (``"cuda"``:
+    device memory of device 0, ``"managed"``: CUDA managed memory,
+    ``"pinned"``: page-locked host memory) holding ``values`` (a float32
+    NumPy array); it may still be being written on the library's default
+    stream. It raises (any exception, ideally :class:`NotSupported`) for a
+    kind the library cannot allocate. ``write(kind, values, stream)``, when
+    the library can be told which stream to use: a new array of ``kind``
+    whose data the library copies from ``values`` *enqueued on* ``stream``
+    (a ``CUstream`` handle, as an int), without waiting for it; the CUDA
+    checks keep that stream busy first, so the write is still pending when
+    the array is exported. ``export_scope(stream)``: a context manager in
+    which the exports happen, for libraries that order exports against
+    their current stream (CuPy, PyTorch): it makes ``stream`` current
+    (default: no scope).
+    """
+
+    name: str
+    factory: Callable[[str, Any], Any]
+    write: Callable[[str, Any, int], Any] | None = None
+    export_scope: Callable[[int], Any] | None = None
+
+    def make(self, kind: str, values):
+        try:
+            return self.factory(kind, values)
+        except NotSupported:
+            raise
+        except Exception as e:
+            raise NotSupported(f"{self.name} cannot make an array in {kind} memory", e) from e
+
+
+@dataclasses.dataclass
 class Subject:
     """A library under check: its name and version, what it produces and
     consumes (either may be None), and ``spec``, how a fresh process rebuilds
     it (an adapter name or ``"module"`` / ``"module:from_dlpack"``; None when
-    it exists only in this process, as a lambda does)."""
+    it exists only in this process, as a lambda does). ``cuda``: how it makes
+    CUDA arrays, for the CUDA checks (None: it cannot)."""
 
     name: str
     version: str
     producer: Producer | None
     consumer: Consumer | None
     spec: str | None = None
+    cuda: CudaProducer | None = None
