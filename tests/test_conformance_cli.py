@@ -63,6 +63,7 @@ def test_fail_on_dlpack_ref_gives_the_old_exit_status():
                        "--no-matrix"])
     assert rc == 0
     assert "pass (exit status 0): no failure that is not allowed in dlpack_ref" in out
+    assert "dlpack_ref: not checked" not in out   # checked, so not listed as missing
 
 
 def test_allow_file_and_allow_flag_clear_the_gate(numpy_run, tmp_path):

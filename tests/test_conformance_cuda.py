@@ -274,3 +274,21 @@ def test_what_a_library_cannot_do_is_not_supported_never_a_pass():
     assert all(r.status is Status.PASS for k, r in results.items() if k not in unsupported)
     ints = {r.rule.id: r for r in check_cuda(_broken(IntStreamsOnly), only=["cuda.stream_object_waits"])}
     assert ints["cuda.stream_object_waits"].status is Status.NOT_SUPPORTED
+
+
+class RefusesDeviceCopy(_Wrapped):
+    """Refuses copy=True between CUDA arrays (seed 000: CuPy 14.0.1)."""
+
+    def __dlpack__(self, copy=None, dl_device=None, **kwargs):
+        if copy and dl_device is None:
+            raise BufferError("copy=True is only supported for a copy to the host")
+        return self._a.__dlpack__(copy=copy, dl_device=dl_device, **kwargs)
+
+
+def test_copy_true_refused_on_the_device_is_a_failure_not_unsupported():
+    results = {r.rule.id: r for r in check_cuda(_broken(RefusesDeviceCopy),
+                                                only=["cuda.copy_true_copies", "cuda.copy_true_flag"])}
+    copies = results["cuda.copy_true_copies"]
+    assert copies.status is Status.FAIL and copies.exc_type == "BufferError"
+    assert "must always copy" in copies.detail
+    assert results["cuda.copy_true_flag"].status is Status.NOT_SUPPORTED

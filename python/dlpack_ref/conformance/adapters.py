@@ -426,18 +426,22 @@ def _cupy_cuda():
 def _torch_cuda():
     import torch
 
-    def factory(kind, values):
+    def usable(kind):
         if not torch.cuda.is_available():
             raise NotSupported("torch has no CUDA device here (a CPU build, or no GPU)")
-        t = torch.from_numpy(values.copy())
         if kind == "managed":
             raise NotSupported("PyTorch does not allocate tensors in managed memory")
+
+    def factory(kind, values):
+        usable(kind)
+        t = torch.from_numpy(values.copy())
         out = t.pin_memory() if kind == "pinned" else t.to("cuda:0")
         torch.cuda.synchronize()
         return out
 
     def write(kind, values, stream):
-        if kind != "cuda" or not torch.cuda.is_available():
+        usable(kind)
+        if kind != "cuda":
             raise NotSupported(f"the PyTorch adapter writes only device memory on a stream, not {kind}")
         src = torch.from_numpy(values.copy()).pin_memory()
         with torch.cuda.stream(torch.cuda.ExternalStream(stream)):

@@ -153,7 +153,8 @@ def execute(args, allow: AllowList, progress: _Progress) -> Run:
     if fail_on:
         requested_missing += [lib for lib in fail_on if lib not in libraries and lib not in requested_missing]
         for lib in fail_on:
-            missing.setdefault(lib, "asked for with --fail-on but not checked")
+            if lib not in libraries:
+                missing.setdefault(lib, "asked for with --fail-on but not checked")
     status = EXIT_MISSING if requested_missing else EXIT_FAILED if stopping else EXIT_OK
     return Run(libraries, missing, matrix, allow, fail_on, stopping, status)
 

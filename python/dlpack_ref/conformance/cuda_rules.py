@@ -37,7 +37,7 @@ _NOT_READY = 600                   # CUDA_ERROR_NOT_READY
 # How long a GPU keeps the producer's stream busy before its write: enough
 # memsets of a scratch buffer for tens of milliseconds on any current GPU.
 BUSY_BYTES = 256 << 20
-BUSY_MEMSETS = 300
+BUSY_MEMSETS = 600
 _STREAM_CLAUSE = "array.__dlpack__, stream"
 
 
@@ -162,6 +162,7 @@ def _pending(cp: CudaProducer, lab: _Lab, kind: str = "cuda"):
     """(array, its values, the producer's stream P): the library's copy of
     the values into new memory is still pending on P."""
     if cp.write is None:
+        cp.make(kind, _values())       # what keeps the library from making one, first
         raise NotSupported(f"{cp.name}'s adapter cannot tell it which stream to write on, so no write can "
                            "be left pending: the ordering cannot be observed")
     values = _values()
@@ -306,11 +307,16 @@ def _stream_invalid(cp: CudaProducer) -> str:
 
 # --- (b) copy=True between CUDA arrays ---------------------------------------------------------
 
-def _copy_true(x, c):
+def _copy_true(x, c, refusal=CheckFailed):
+    """The capsule of ``copy=True``; a producer without the keyword (a
+    TypeError) is not supported, any other refusal raises ``refusal``: the
+    standard says copy=True must always copy."""
     try:
         return x.__dlpack__(max_version=V13, copy=True, stream=c)
-    except (BufferError, TypeError) as e:
-        raise NotSupported("copy=True is refused for CUDA memory (the standard says it must copy)", e) from e
+    except TypeError as e:
+        raise NotSupported("copy keyword not accepted (a producer older than DLPack 1.0)", e) from e
+    except Exception as e:
+        raise refusal("copy=True of CUDA memory raised; the standard says it must always copy", e) from e
 
 
 @_check("cuda.copy_true_copies",
@@ -343,7 +349,7 @@ def _cuda_copy_true(cp: CudaProducer) -> str:
 def _cuda_copy_true_flag(cp: CudaProducer) -> str:
     with _Lab() as lab:
         x = cp.make("cuda", _values())
-        return _is_copied(read_capsule(_copy_true(x, lab.stream())))
+        return _is_copied(read_capsule(_copy_true(x, lab.stream(), refusal=NotSupported)))
 
 
 def _is_copied(info: dict) -> str:
