@@ -24,10 +24,12 @@ from typing import Callable
 from dlpack_ref import DLPACK_VERSION as V13
 from dlpack_ref.testing import FLAG_IS_COPIED as IS_COPIED, read_capsule
 
-from .model import CheckFailed, CudaProducer, NotSupported, Result, Rule, exc_name, first_element, run_check
+from .model import CheckFailed, CudaProducer, NotSupported, Result, Rule, RuleTable, exc_name, first_element, flag_set
 
-CHECKS: list[tuple[Rule, Callable[[CudaProducer], str]]] = []
-RULES: dict[str, Rule] = {}
+_TABLE = RuleTable()
+CHECKS: list[tuple[Rule, Callable[[CudaProducer], str]]] = _TABLE.checks
+RULES: dict[str, Rule] = _TABLE.rules
+_check = _TABLE.rule
 
 N_VALUES = 1 << 14                 # float32 values per array
 KDL_CPU, KDL_CUDA, KDL_CUDA_HOST, KDL_CUDA_MANAGED = 1, 2, 3, 13
@@ -39,15 +41,6 @@ _NOT_READY = 600                   # CUDA_ERROR_NOT_READY
 BUSY_BYTES = 256 << 20
 BUSY_MEMSETS = 600
 _STREAM_CLAUSE = "array.__dlpack__, stream"
-
-
-def _check(rule_id: str, text: str, source: str, where: str = ""):
-    def register(fn):
-        rule = Rule(rule_id, text, source, where)
-        CHECKS.append((rule, fn))
-        RULES[rule_id] = rule
-        return fn
-    return register
 
 
 # --- the checker's side of CUDA -----------------------------------------------------
@@ -353,11 +346,7 @@ def _cuda_copy_true_flag(cp: CudaProducer) -> str:
 
 
 def _is_copied(info: dict) -> str:
-    if not info["versioned"]:
-        raise NotSupported("legacy capsule: no flags to set")
-    if not info["flags"] & IS_COPIED:
-        raise CheckFailed(f"flags={info['flags']:#x}: IS_COPIED not set on a copy")
-    return f"flags={info['flags']:#x}"
+    return flag_set(info, IS_COPIED, "legacy capsule: no flags to set", "IS_COPIED not set on a copy")
 
 
 # --- (c) dl_device moves to the host ------------------------------------------------------------
@@ -369,10 +358,19 @@ def _to_host(x, **kwargs):
         raise NotSupported("dl_device=(kDLCPU, 0) is refused for CUDA memory", e) from e
 
 
-def _host_copy(info: dict) -> int:
+def _pending_host_copy(cp: CudaProducer, lab: _Lab, stream: int | None):
+    """(array, capsule, host pointer, values) of ``dl_device=(kDLCPU, 0)``
+    with ``stream``, exported while the array's write is pending. Both must
+    be kept until the bytes are read: the host copy lives as long as the
+    capsule, and freeing the array may wait on the host for its pending
+    work (dlpack-ref's does), which would hide a missing synchronization."""
+    x, values, p = _pending(cp, lab)
+    with _scope(cp, p):
+        cap = _to_host(x, stream=stream)
+    info = read_capsule(cap)
     if info["device"] != (KDL_CPU, 0):
         raise CheckFailed(f"asked for dl_device=(kDLCPU, 0), exported on {info['device']}")
-    return _ptr(info)
+    return x, cap, _ptr(info), values
 
 
 @_check("cuda.dl_device_cpu_readable",
@@ -381,11 +379,9 @@ def _host_copy(info: dict) -> int:
         "array-api", "array.__dlpack__, dl_device and stream (None: the host may read on return)")
 def _dl_device_cpu_readable(cp: CudaProducer) -> str:
     with _Lab() as lab:
-        x, values, p = _pending(cp, lab)
-        with _scope(cp, p):
-            cap = _to_host(x)      # kept: the host copy lives as long as its capsule
-        ptr = _host_copy(read_capsule(cap))
+        x, cap, ptr, values = _pending_host_copy(cp, lab, None)
         _compare(ctypes.string_at(ptr, values.nbytes), values.tobytes(), "the host copy read on return")
+        del cap, x
         return "device (1, 0); the values are readable on return"
 
 
@@ -395,15 +391,12 @@ def _dl_device_cpu_readable(cp: CudaProducer) -> str:
         "array-api", "array.__dlpack__, dl_device and stream (the stream is the consumer's, on the producer's device)")
 def _dl_device_cpu_on_stream(cp: CudaProducer) -> str:
     with _Lab() as lab:
-        x, values, p = _pending(cp, lab)
         c = lab.stream()
-        with _scope(cp, p):
-            cap = _to_host(x, stream=c)
-        ptr = _host_copy(read_capsule(cap))
+        x, cap, ptr, values = _pending_host_copy(cp, lab, c)
         early = ctypes.string_at(ptr, values.nbytes) == values.tobytes()
         lab.call("cuStreamSynchronize", c)
         _compare(ctypes.string_at(ptr, values.nbytes), values.tobytes(), "the host copy once S is synchronized")
-        del cap
+        del cap, x
         return ("the values are there once S is synchronized; "
                 + ("the producer blocked until then" if early else "enqueued, nothing blocked"))
 
@@ -456,14 +449,10 @@ def _cuda_device(cp: CudaProducer) -> str:
 # --- running ------------------------------------------------------------------------------------------
 
 def run_cuda_check(cp: CudaProducer, check_id: str) -> Result:
-    for rule, fn in CHECKS:
-        if rule.id == check_id:
-            return run_check(rule, lambda: fn(cp), subject=cp.name)
-    raise KeyError(f"no CUDA check {check_id!r}; known: {list(RULES)}")
+    return _TABLE.run_one(cp, check_id, cp.name)
 
 
 def check_cuda(cp: CudaProducer, only: list[str] | None = None) -> list[Result]:
     """Run every CUDA check (or those named in ``only``) in this process."""
-    return [run_check(rule, lambda fn=fn: fn(cp), subject=cp.name)
-            for rule, fn in CHECKS if only is None or rule.id in only]
+    return _TABLE.run_all(cp, cp.name, only)
 

@@ -121,6 +121,47 @@ def run_check(rule: Rule, body: Callable[[], str], subject: str = "") -> Result:
                   short(exc) if exc else None, subject=subject)
 
 
+class RuleTable:
+    """Rules, each beside its check: ``@table.rule(id, text, source, where)``
+    registers a function of the thing checked that returns a pass detail."""
+
+    def __init__(self) -> None:
+        self.checks: list[tuple[Rule, Callable[[Any], str]]] = []
+        self.rules: dict[str, Rule] = {}
+
+    def rule(self, rule_id: str, text: str, source: str, where: str = ""):
+        def register(fn):
+            rule = Rule(rule_id, text, source, where)
+            self.checks.append((rule, fn))
+            self.rules[rule_id] = rule
+            return fn
+        return register
+
+    def run_one(self, target, check_id: str, subject: str) -> Result:
+        """The Result of the check ``check_id`` on ``target``."""
+        for rule, fn in self.checks:
+            if rule.id == check_id:
+                return run_check(rule, lambda: fn(target), subject=subject)
+        raise KeyError(f"no check {check_id!r}; known: {list(self.rules)}")
+
+    def run_all(self, target, subject: str, only: list[str] | None = None) -> list[Result]:
+        """Every check (or those named in ``only``) on ``target``, in this process."""
+        return [run_check(rule, lambda fn=fn: fn(target), subject=subject)
+                for rule, fn in self.checks if only is None or rule.id in only]
+
+
+def flag_set(info: dict, bit: int, legacy: str, missing: str) -> str:
+    """Pass detail when ``bit`` is set in a versioned capsule's flags (as
+    ``read_capsule`` gives them); NotSupported(legacy) for a legacy capsule,
+    CheckFailed(missing) when unset."""
+    if not info["versioned"]:
+        raise NotSupported(legacy)
+    flags = f"flags={info['flags']:#x}"
+    if not info["flags"] & bit:
+        raise CheckFailed(f"{flags}: {missing}")
+    return flags
+
+
 def result_from_dict(d: dict, rule: Rule) -> Result:
     """The inverse of Result.to_dict for results sent back by a worker."""
     return Result(rule, Status(d["status"]), d.get("detail", ""), d.get("exception_type"),
