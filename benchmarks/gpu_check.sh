@@ -10,10 +10,15 @@
 #   2. fail unless dlpack_ref.cuda finds the driver and a device;
 #   3. run the tests marked `cuda` (CuPy / PyTorch / JAX interop included);
 #      fail when they fail, and when every one of them skipped;
-#   4. run the GPU benchmarks (bandwidth, synchronized exchange).
+#   4. run the conformance checker's CUDA rules (`dlpack-ref check --rules
+#      'cuda.*'`) against dlpack-ref and every one of CuPy, PyTorch and JAX
+#      that is installed; fail unless dlpack-ref passes every one (the other
+#      libraries' failures are findings, reported, not a failed step);
+#   5. run the GPU benchmarks (bandwidth, synchronized exchange).
 #
-# Writes gpu_check.log, pytest_cuda.xml, pytest_cuda.log, bench_gpu.json and
-# gpu_check.json (the summary) into $OUT when it is set, else results/.
+# Writes gpu_check.log, pytest_cuda.xml, pytest_cuda.log, conformance_cuda.json,
+# bench_gpu.json and gpu_check.json (the summary) into $OUT when it is set,
+# else results/.
 # Budget: under 5 minutes. Exit status 0 only when every step passed.
 #
 #   bash benchmarks/gpu_check.sh               # on the GPU machine
@@ -49,9 +54,17 @@ if os.path.exists(xml):
     root = ET.parse(xml).getroot()
     suite = root if root.tag == "testsuite" else root.find("testsuite")
     counts = {k: int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped")}
+conformance = {}
+report = os.path.join(results, "conformance_cuda.json")
+if os.path.exists(report):
+    try:
+        with open(report) as f:
+            conformance = {lib["name"]: lib["summary"] for lib in json.load(f)["libraries"]}
+    except (ValueError, KeyError):
+        conformance = {"unreadable": True}
 with open(os.path.join(results, "gpu_check.json"), "w") as f:
     json.dump({"status": status, "driver": "simulator" if sim else "real", "failed_steps": failed,
-               "cuda_tests": counts}, f, indent=2)
+               "cuda_tests": counts, "conformance_cuda": conformance}, f, indent=2)
 PY
     step "done: status $status${failed:+ (failed: ${failed[*]})}"
     exit "$status"
@@ -127,6 +140,52 @@ if tests == 0 or skipped == tests:
     raise SystemExit("every cuda test was skipped: nothing ran on CUDA")
 PY
     fail all-skipped
+fi
+
+step "conformance checker: CUDA rules"
+CHECK_ENV=()
+if [ "$SIM" = 1 ]; then
+    # the checker's workers are fresh interpreters: preload the simulator into
+    # them (its SONAME answers their dlopen of libcuda.so.1)
+    SIMLIB=$(cd "$ROOT/tests/support" && "$PY" -c 'import cudasim; print(cudasim.build())') || fail conformance
+    CHECK_ENV=(env "LD_PRELOAD=$SIMLIB")
+fi
+LIBS=(--library dlpack_ref)
+for lib in $("$PY" -c 'import importlib.util as u
+print(" ".join(m for m in ("cupy", "torch", "jax") if u.find_spec(m)))'); do
+    LIBS+=(--library "$lib")
+done
+echo "checking: ${LIBS[*]}" | tee -a "$LOG"
+(cd "$WORK" && timeout 120 "${CHECK_ENV[@]}" "$PY" -m dlpack_ref check "${LIBS[@]}" --rules 'cuda.*' --no-matrix \
+    --fail-on dlpack_ref --format json > "$RESULTS/conformance_cuda.json") 2>>"$LOG"
+check_status=$?
+if ! "$PY" - "$RESULTS/conformance_cuda.json" "$check_status" <<'PY' 2>&1 | tee -a "$LOG"; then
+import json, sys
+path, status = sys.argv[1], int(sys.argv[2])
+try:
+    with open(path) as f:
+        report = json.load(f)
+except ValueError as e:
+    raise SystemExit(f"no conformance report (dlpack-ref check exited {status}): {e}")
+bad = []
+for lib in report["libraries"]:
+    if not lib["checked"]:
+        print(f"{lib['name']}: not checked ({lib['note']})")
+        bad += ["dlpack_ref not checked"] if lib["name"] == "dlpack_ref" else []
+        continue
+    s = lib["summary"]
+    print(f"{lib['name']} {lib['version']}: {s['pass']} pass, {s['fail']} fail, {s['error']} error, "
+          f"{s['not supported']} not supported")
+    for r in lib["results"]:
+        if r["status"] != "pass":
+            print(f"  [{r['status']}] {r['check']}: {r['detail'][:160]}"
+                  + (f" ({r['exception_type']}: {(r['exception_message'] or '')[:120]})" if r["exception_type"] else ""))
+            if lib["name"] == "dlpack_ref":
+                bad.append(r["check"])
+if bad or status not in (0, 1) or not report["libraries"]:
+    raise SystemExit(f"dlpack-ref must pass every CUDA rule here; not passed: {bad} (check exited {status})")
+PY
+    fail conformance
 fi
 
 step "GPU benchmarks"

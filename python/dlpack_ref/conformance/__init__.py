@@ -12,8 +12,9 @@ plugin (one test per rule, see docs/conformance.md) or::
     def test_dlpack():
         assert_conforms(producer_factory=make_array, from_dlpack=mylib.from_dlpack)
 
-Modules: ``model`` (Producer, Consumer, Subject, Rule, Result), ``producer``
-and ``consumer`` (the rules), ``exchange_matrix`` (pairs of libraries),
+Modules: ``model`` (Producer, Consumer, CudaProducer, Subject, Rule,
+Result), ``producer``, ``consumer`` and ``cuda_rules`` (the rules; the CUDA
+ones for libraries that make CUDA arrays), ``exchange_matrix`` (pairs of libraries),
 ``runner`` (child processes), ``adapters`` (libraries by name, any module
 through the array API), ``gate`` (allowances), ``report``, ``cli``,
 ``pytest_plugin``.
@@ -25,18 +26,19 @@ import dataclasses
 from typing import Any, Callable
 
 from .gate import AllowList
-from .model import SOURCES, CheckFailed, Consumer, NotSupported, Producer, Result, Rule, Status, Subject
+from .model import SOURCES, CheckFailed, Consumer, CudaProducer, NotSupported, Producer, Result, Rule, Status, Subject
 from .runner import rules, run
 
 __all__ = [
     "SOURCES", "AllowList", "CheckFailed", "NotSupported", "Result", "Rule", "Status", "Producer", "Consumer",
-    "Subject", "Suite", "check", "assert_conforms", "conformance_tests", "format_results", "rules", "subject_of",
+    "CudaProducer", "Subject", "Suite", "check", "assert_conforms", "conformance_tests", "format_results", "rules",
+    "subject_of",
 ]
 
 
 def subject_of(producer_factory: Callable | Producer | None = None,
                from_dlpack: Callable | Consumer | None = None, *, name: str = "library",
-               **producer_options: Any) -> Subject:
+               cuda: CudaProducer | None = None, **producer_options: Any) -> Subject:
     """A :class:`Subject` from a factory and a ``from_dlpack``.
 
     Parameters
@@ -49,6 +51,8 @@ def subject_of(producer_factory: Callable | Producer | None = None,
         values, pointers, read-only-ness, the CPU device).
     name : str
         The name results carry.
+    cuda : CudaProducer, optional
+        How the library makes CUDA arrays: the CUDA rules (``cuda.*``) run too.
 
     Returns
     -------
@@ -59,16 +63,17 @@ def subject_of(producer_factory: Callable | Producer | None = None,
     p = producer_factory if isinstance(producer_factory, Producer) or producer_factory is None else \
         Producer(name, producer_factory, **producer_options)
     c = from_dlpack if isinstance(from_dlpack, Consumer) or from_dlpack is None else Consumer(name, from_dlpack)
-    return Subject(name, "", p, c, None)
+    return Subject(name, "", p, c, None, cuda)
 
 
 def check(producer_factory: Callable | Producer | None = None, from_dlpack: Callable | Consumer | None = None,
-          *, name: str = "library", only=None, **producer_options: Any) -> list[Result]:
-    """Run the producer checks (when ``producer_factory`` is given) and the
-    consumer checks (when ``from_dlpack`` is given), each in a child process,
-    and return the results (see :func:`subject_of` for the parameters;
-    ``only``: rule ids to run)."""
-    return run(subject_of(producer_factory, from_dlpack, name=name, **producer_options), only=only)
+          *, name: str = "library", only=None, cuda: CudaProducer | None = None,
+          **producer_options: Any) -> list[Result]:
+    """Run the producer checks (when ``producer_factory`` is given), the
+    consumer checks (when ``from_dlpack`` is given) and the CUDA checks (when
+    ``cuda`` is given), each in a child process, and return the results (see
+    :func:`subject_of` for the parameters; ``only``: rule ids to run)."""
+    return run(subject_of(producer_factory, from_dlpack, name=name, cuda=cuda, **producer_options), only=only)
 
 
 def format_results(results: list[Result], *, only_problems: bool = False) -> str:

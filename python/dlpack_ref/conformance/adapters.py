@@ -16,7 +16,7 @@ from typing import Callable
 
 from dlpack_ref._dtypes import DTYPES
 
-from .model import Consumer, NotSupported, Producer, Subject
+from .model import Consumer, CudaProducer, NotSupported, Producer, Subject
 
 #: CLI name -> import name, in the order reports list them.
 KNOWN = {
@@ -77,7 +77,8 @@ def subject(spec: str) -> Subject:
         producer, consumer = _BUILDERS[spec]()
     else:
         producer, consumer = _generic(spec)
-    return Subject(spec, version_of(spec), producer, consumer, spec)
+    cuda = _CUDA_BUILDERS[spec]() if spec in _CUDA_BUILDERS else None
+    return Subject(spec, version_of(spec), producer, consumer, spec, cuda)
 
 
 def _arange_values(n: int, dtype: str) -> list:
@@ -375,6 +376,102 @@ def _pyarrow():
 
     return Producer("pyarrow", factory, tolist=lambda x: x.to_pylist(), views=views,
                     unexportable=unexportable), None
+
+
+# --- CUDA arrays (the cuda.* checks) ----------------------------------------------------------
+# Each touches CUDA only when a check asks for an array; a library that cannot
+# make one (no GPU, a CPU build) raises and the check says "not supported".
+
+_DLPACK_REF_DEVICES = {"cuda": "cuda:0", "managed": "cuda_managed:0", "pinned": "cpu_pinned"}
+
+
+def _dlpack_ref_cuda():
+    import dlpack_ref as dr
+
+    def factory(kind, values):
+        return dr.asarray(values, device=_DLPACK_REF_DEVICES[kind])
+
+    def write(kind, values, stream):
+        return dr.asarray(values).to_device(_DLPACK_REF_DEVICES[kind], stream=stream)
+
+    return CudaProducer("dlpack_ref", factory, write)
+
+
+def _cupy_cuda():
+    import cupy as cp
+
+    def factory(kind, values):
+        if kind == "pinned":
+            raise NotSupported("CuPy has no pinned ndarray (its pinned allocations are NumPy arrays)")
+        if kind == "managed":
+            with cp.cuda.using_allocator(cp.cuda.malloc_managed):
+                a = cp.asarray(values)
+        else:
+            a = cp.asarray(values)
+        cp.cuda.get_current_stream().synchronize()
+        return a
+
+    def write(kind, values, stream):
+        if kind != "cuda":
+            raise NotSupported(f"the CuPy adapter writes only device memory on a stream, not {kind}")
+        s = cp.cuda.ExternalStream(stream)
+        with s:
+            a = cp.empty(values.shape, dtype=values.dtype)
+            a.set(values, stream=s)
+        return a
+
+    return CudaProducer("cupy", factory, write, export_scope=cp.cuda.ExternalStream)
+
+
+def _torch_cuda():
+    import torch
+
+    def usable(kind):
+        if not torch.cuda.is_available():
+            raise NotSupported("torch has no CUDA device here (a CPU build, or no GPU)")
+        if kind == "managed":
+            raise NotSupported("PyTorch does not allocate tensors in managed memory")
+
+    def factory(kind, values):
+        usable(kind)
+        t = torch.from_numpy(values.copy())
+        out = t.pin_memory() if kind == "pinned" else t.to("cuda:0")
+        torch.cuda.synchronize()
+        return out
+
+    def write(kind, values, stream):
+        usable(kind)
+        if kind != "cuda":
+            raise NotSupported(f"the PyTorch adapter writes only device memory on a stream, not {kind}")
+        src = torch.from_numpy(values.copy()).pin_memory()
+        with torch.cuda.stream(torch.cuda.ExternalStream(stream)):
+            return src.to("cuda:0", non_blocking=True)
+
+    def export_scope(stream):
+        return torch.cuda.stream(torch.cuda.ExternalStream(stream))
+
+    return CudaProducer("torch", factory, write, export_scope)
+
+
+def _jax_cuda():
+    import jax
+
+    def factory(kind, values):
+        if kind != "cuda":
+            raise NotSupported(f"JAX does not allocate arrays in {kind} memory")
+        try:
+            gpu = jax.devices("gpu")[0]
+        except RuntimeError as e:
+            raise NotSupported("JAX has no GPU backend here", e) from e
+        return jax.device_put(values, gpu).block_until_ready()
+
+    # No write: JAX enqueues its work on streams of its own that it does not expose.
+    return CudaProducer("jax", factory)
+
+
+_CUDA_BUILDERS: dict[str, Callable] = {
+    "dlpack_ref": _dlpack_ref_cuda, "cupy": _cupy_cuda, "torch": _torch_cuda, "jax": _jax_cuda,
+}
 
 
 # --- any library, through the array API ---------------------------------------------------------

@@ -121,6 +121,47 @@ def run_check(rule: Rule, body: Callable[[], str], subject: str = "") -> Result:
                   short(exc) if exc else None, subject=subject)
 
 
+class RuleTable:
+    """Rules, each beside its check: ``@table.rule(id, text, source, where)``
+    registers a function of the thing checked that returns a pass detail."""
+
+    def __init__(self) -> None:
+        self.checks: list[tuple[Rule, Callable[[Any], str]]] = []
+        self.rules: dict[str, Rule] = {}
+
+    def rule(self, rule_id: str, text: str, source: str, where: str = ""):
+        def register(fn):
+            rule = Rule(rule_id, text, source, where)
+            self.checks.append((rule, fn))
+            self.rules[rule_id] = rule
+            return fn
+        return register
+
+    def run_one(self, target, check_id: str, subject: str) -> Result:
+        """The Result of the check ``check_id`` on ``target``."""
+        for rule, fn in self.checks:
+            if rule.id == check_id:
+                return run_check(rule, lambda: fn(target), subject=subject)
+        raise KeyError(f"no check {check_id!r}; known: {list(self.rules)}")
+
+    def run_all(self, target, subject: str, only: list[str] | None = None) -> list[Result]:
+        """Every check (or those named in ``only``) on ``target``, in this process."""
+        return [run_check(rule, lambda fn=fn: fn(target), subject=subject)
+                for rule, fn in self.checks if only is None or rule.id in only]
+
+
+def flag_set(info: dict, bit: int, legacy: str, missing: str) -> str:
+    """Pass detail when ``bit`` is set in a versioned capsule's flags (as
+    ``read_capsule`` gives them); NotSupported(legacy) for a legacy capsule,
+    CheckFailed(missing) when unset."""
+    if not info["versioned"]:
+        raise NotSupported(legacy)
+    flags = f"flags={info['flags']:#x}"
+    if not info["flags"] & bit:
+        raise CheckFailed(f"{flags}: {missing}")
+    return flags
+
+
 def result_from_dict(d: dict, rule: Rule) -> Result:
     """The inverse of Result.to_dict for results sent back by a worker."""
     return Result(rule, Status(d["status"]), d.get("detail", ""), d.get("exception_type"),
@@ -263,14 +304,51 @@ def elementwise_values(x):
 
 
 @dataclasses.dataclass
+class CudaProducer:
+    """What the CUDA checks (``cuda.*``) need to know about a library that can
+    make arrays in CUDA memory.
+
+    ``factory(kind, values)`` returns an array of ``kind`` (``"cuda"``:
+    device memory of device 0, ``"managed"``: CUDA managed memory,
+    ``"pinned"``: page-locked host memory) holding ``values`` (a float32
+    NumPy array); it may still be being written on the library's default
+    stream. It raises (any exception, ideally :class:`NotSupported`) for a
+    kind the library cannot allocate. ``write(kind, values, stream)``, when
+    the library can be told which stream to use: a new array of ``kind``
+    whose data the library copies from ``values`` *enqueued on* ``stream``
+    (a ``CUstream`` handle, as an int), without waiting for it; the CUDA
+    checks keep that stream busy first, so the write is still pending when
+    the array is exported. ``export_scope(stream)``: a context manager in
+    which the exports happen, for libraries that order exports against
+    their current stream (CuPy, PyTorch): it makes ``stream`` current
+    (default: no scope).
+    """
+
+    name: str
+    factory: Callable[[str, Any], Any]
+    write: Callable[[str, Any, int], Any] | None = None
+    export_scope: Callable[[int], Any] | None = None
+
+    def make(self, kind: str, values):
+        try:
+            return self.factory(kind, values)
+        except NotSupported:
+            raise
+        except Exception as e:
+            raise NotSupported(f"{self.name} cannot make an array in {kind} memory", e) from e
+
+
+@dataclasses.dataclass
 class Subject:
     """A library under check: its name and version, what it produces and
     consumes (either may be None), and ``spec``, how a fresh process rebuilds
     it (an adapter name or ``"module"`` / ``"module:from_dlpack"``; None when
-    it exists only in this process, as a lambda does)."""
+    it exists only in this process, as a lambda does). ``cuda``: how it makes
+    CUDA arrays, for the CUDA checks (None: it cannot)."""
 
     name: str
     version: str
     producer: Producer | None
     consumer: Consumer | None
     spec: str | None = None
+    cuda: CudaProducer | None = None

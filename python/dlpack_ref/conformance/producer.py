@@ -25,8 +25,8 @@ from dlpack_ref.testing import (
 )
 
 from .model import (
-    CheckFailed, NotSupported, Producer, Result, Rule, data_pointer, dlpack_values, exc_name, export_any,
-    first_element, run_check, same_values, short,
+    CheckFailed, NotSupported, Producer, Result, Rule, RuleTable, data_pointer, dlpack_values, exc_name, export_any,
+    first_element, flag_set, same_values, short,
 )
 
 _DEVICE_TYPES = frozenset(int(m) for m in DeviceType)
@@ -34,17 +34,10 @@ _DEVICE_TYPES = frozenset(int(m) for m in DeviceType)
 UNSUPPORTED_DEVICE = (4, 0)
 
 
-CHECKS: list[tuple[Rule, Callable[[Producer], str]]] = []
-RULES: dict[str, Rule] = {}
-
-
-def _check(rule_id: str, text: str, source: str, where: str = ""):
-    def register(fn):
-        rule = Rule(rule_id, text, source, where)
-        CHECKS.append((rule, fn))
-        RULES[rule_id] = rule
-        return fn
-    return register
+_TABLE = RuleTable()
+CHECKS: list[tuple[Rule, Callable[[Producer], str]]] = _TABLE.checks
+RULES: dict[str, Rule] = _TABLE.rules
+_check = _TABLE.rule
 
 
 # --- helpers -------------------------------------------------------------------
@@ -63,17 +56,6 @@ def _must_succeed(what: str, fn):
 def _read_export(what: str, fn) -> dict:
     """The fields of the capsule ``fn`` exports; CheckFailed naming ``what`` when it raises."""
     return read_capsule(_must_succeed(what, fn))
-
-
-def _flag_set(info: dict, bit: int, legacy: str, missing: str) -> str:
-    """Pass detail when ``bit`` is set in a versioned capsule's flags;
-    NotSupported(legacy) for a legacy capsule, CheckFailed(missing) when unset."""
-    if not info["versioned"]:
-        raise NotSupported(legacy)
-    flags = f"flags={info['flags']:#x}"
-    if not info["flags"] & bit:
-        raise CheckFailed(f"{flags}: {missing}")
-    return flags
 
 
 def _refused_with_buffererror(what: str, fn) -> str:
@@ -185,7 +167,7 @@ def _size_zero(p: Producer) -> str:
 def _read_only_flag(p: Producer) -> str:
     x = p.make("float64", (2, 3), readonly=True)
     info = _read_export("__dlpack__(max_version=(1, 3))", lambda: _export(x, max_version=V13))
-    return _flag_set(info, READ_ONLY, "only legacy capsules, which cannot carry READ_ONLY",
+    return flag_set(info, READ_ONLY, "only legacy capsules, which cannot carry READ_ONLY",
                      "READ_ONLY not set for read-only data")
 
 
@@ -246,7 +228,7 @@ def _copy_true_flag(p: Producer) -> str:
         cap = x.__dlpack__(max_version=V13, copy=True)
     except (BufferError, TypeError) as e:
         raise NotSupported("copy=True is not supported", e) from e
-    return _flag_set(read_capsule(cap), IS_COPIED, "legacy capsule: no flags to set",
+    return flag_set(read_capsule(cap), IS_COPIED, "legacy capsule: no flags to set",
                      "IS_COPIED not set on a copy")
 
 
@@ -691,13 +673,9 @@ def check_ids() -> list[str]:
 
 
 def run_producer_check(p: Producer, check_id: str) -> Result:
-    for rule, fn in CHECKS:
-        if rule.id == check_id:
-            return run_check(rule, lambda: fn(p), subject=p.name)
-    raise KeyError(f"no producer check {check_id!r}; known: {check_ids()}")
+    return _TABLE.run_one(p, check_id, p.name)
 
 
 def check_producer(p: Producer, only: list[str] | None = None) -> list[Result]:
     """Run every producer check (or those named in ``only``) in this process."""
-    return [run_check(rule, lambda fn=fn: fn(p), subject=p.name)
-            for rule, fn in CHECKS if only is None or rule.id in only]
+    return _TABLE.run_all(p, p.name, only)

@@ -141,6 +141,9 @@ def render(run: Run, fmt: str = "table") -> str:
     out += [f"{h}Producer checks (ok = pass, FAIL, n/s = not supported, ERR = could not run)",
             _check_grid(run, "producer.", md), ""]
     out += [f"{h}Consumer checks", _check_grid(run, "consumer.", md), ""]
+    if any(r.rule.id.startswith("cuda.") for lr in run.libraries.values() for r in lr.results):
+        out += [f"{h}CUDA checks (n/s: no CUDA device here, or the library cannot make what the check needs)",
+                _check_grid(run, "cuda.", md), ""]
     if run.matrix:
         libs = list(run.libraries)
         producers = [p for p in libs if any(k[0] == p for k in run.matrix)]

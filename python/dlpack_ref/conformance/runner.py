@@ -25,6 +25,7 @@ from typing import Callable, Iterable
 
 from .adapters import subject as adapter_subject
 from .consumer import CASES, run_case
+from .cuda_rules import CHECKS as CUDA_CHECKS, run_cuda_check
 from .exchange_matrix import exchange_pair
 from .model import Result, Rule, Status, Subject, exc_name, result_from_dict, short
 from .producer import CHECKS, run_producer_check
@@ -32,8 +33,9 @@ from .producer import CHECKS, run_producer_check
 MARK = "\x1edlpack-ref-conformance "
 TASK_TIMEOUT_S = 60.0
 
-#: rule id -> Rule, producer rules first, in report order.
-RULES: dict[str, Rule] = {**{rule.id: rule for rule, _ in CHECKS}, **{case.rule.id: case.rule for case in CASES}}
+#: rule id -> Rule, producer rules first, then consumer and CUDA rules, in report order.
+RULES: dict[str, Rule] = {**{rule.id: rule for rule, _ in CHECKS}, **{case.rule.id: case.rule for case in CASES},
+                          **{rule.id: rule for rule, _ in CUDA_CHECKS}}
 _CASES = {case.rule.id: case for case in CASES}
 
 
@@ -43,14 +45,17 @@ def rules() -> list[Rule]:
 
 
 def tasks_for(subject: Subject, only: Iterable[str] | None = None) -> list[dict]:
-    """The tasks that check ``subject``: its producer rules, then its
-    consumer cases (those named in ``only``, when given)."""
+    """The tasks that check ``subject``: its producer rules, its consumer
+    cases, then its CUDA rules when it can make CUDA arrays (those named in
+    ``only``, when given)."""
     wanted = None if only is None else set(only)
     tasks = []
     if subject.producer is not None:
         tasks += [{"kind": "producer", "rule": rule.id} for rule, _ in CHECKS]
     if subject.consumer is not None:
         tasks += [{"kind": "consumer", "rule": case.rule.id} for case in CASES]
+    if subject.cuda is not None:
+        tasks += [{"kind": "cuda", "rule": rule.id} for rule, _ in CUDA_CHECKS]
     return [t for t in tasks if wanted is None or t["rule"] in wanted]
 
 
@@ -60,6 +65,8 @@ def perform(task: dict, subject: Subject | None) -> dict:
         return run_producer_check(subject.producer, task["rule"]).to_dict()
     if task["kind"] == "consumer":
         return run_case(subject.consumer, _CASES[task["rule"]]).to_dict()
+    if task["kind"] == "cuda":
+        return run_cuda_check(subject.cuda, task["rule"]).to_dict()
     if task["kind"] == "pair":
         return exchange_pair(adapter_subject(task["producer"]).producer,
                              adapter_subject(task["consumer"]).consumer)
@@ -195,7 +202,7 @@ def result_of(task: dict, outcome: dict, subject_name: str) -> Result:
     """The Result of one producer or consumer task's outcome."""
     rule = RULES[task["rule"]]
     if "crashed" in outcome:
-        side = "library" if task["kind"] == "producer" else "consumer"
+        side = "consumer" if task["kind"] == "consumer" else "library"
         return Result(rule, Status.FAIL, f"the {side} crashed the process ({outcome['crashed']})",
                       subject=subject_name)
     if "worker_error" in outcome:

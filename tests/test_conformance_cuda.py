@@ -1,0 +1,294 @@
+"""The checker's CUDA rules (``cuda.*``): dlpack-ref passes every one (on the
+simulated driver in CI, on the GPU where there is one), each rule fails for
+a producer broken the way it describes, and a library that cannot make what
+a rule needs, or a process without a CUDA device, gets "not supported".
+
+The broken producers wrap dlpack-ref arrays and break one promise each:
+a wait dropped, a synchronization added, stream 0 accepted, copy=True
+aliasing, a flag cleared, a host copy on a stream of their own, managed or
+pinned memory reported as something else.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+import dlpack_ref as dr
+from dlpack_ref.conformance import CudaProducer, Status, adapters, cuda_rules, runner
+from dlpack_ref.conformance.cuda_rules import check_cuda
+from dlpack_ref.testing import FLAG_IS_COPIED, DLManagedTensorVersioned, read_capsule
+from support import cudasim, cudatest
+
+pytestmark = cudatest.marks()
+
+CUDA_RULES = list(cuda_rules.RULES)
+ORDERING_RULES = {"cuda.stream_handle_waits", "cuda.stream_legacy_waits", "cuda.stream_per_thread_waits",
+                  "cuda.stream_none_waits", "cuda.stream_object_waits", "cuda.stream_no_sync",
+                  "cuda.dl_device_cpu_readable", "cuda.dl_device_cpu_on_stream"}
+
+
+def _problems(results):
+    return [r.line() for r in results if r.failed]
+
+
+def _own():
+    return adapters.subject("dlpack_ref").cuda
+
+
+def _failing(results) -> set[str]:
+    return {r.rule.id for r in results if r.status is Status.FAIL}
+
+
+def _errors(results) -> list[str]:
+    return [r.line() for r in results if r.status is Status.ERROR]
+
+
+def _sim_env() -> dict:
+    """The environment of a child process that must run where this one does:
+    on the simulator (preloaded: its SONAME answers libcuda.so.1) when this
+    process runs on it."""
+    env = dict(os.environ)
+    if cudasim.loaded() is not None:
+        env["LD_PRELOAD"] = " ".join(filter(None, [cudasim.build(), env.get("LD_PRELOAD")]))
+    return env
+
+
+class _Wrapped:
+    """A producer around a dlpack-ref array; subclasses break one rule."""
+
+    def __init__(self, a):
+        self._a = a
+
+    def __dlpack_device__(self):
+        return self._a.__dlpack_device__()
+
+    def __dlpack__(self, **kwargs):
+        return self._a.__dlpack__(**kwargs)
+
+
+def _broken(wrapper: type) -> CudaProducer:
+    own = _own()
+    return CudaProducer(wrapper.__name__, lambda kind, values: wrapper(own.factory(kind, values)),
+                        lambda kind, values, stream: wrapper(own.write(kind, values, stream)))
+
+
+def _plain_export(kwargs) -> bool:
+    return not kwargs.get("copy") and kwargs.get("dl_device") is None
+
+
+class NoStreamWait(_Wrapped):
+    """Exports in place without ordering the consumer's stream (any valid stream becomes -1)."""
+
+    def __dlpack__(self, stream=None, **kwargs):
+        valid = stream is None or hasattr(stream, "__cuda_stream__") or (type(stream) is int and stream > 0)
+        if valid and _plain_export(kwargs):
+            stream = -1
+        return self._a.__dlpack__(stream=stream, **kwargs)
+
+
+class SyncsOnMinusOne(_Wrapped):
+    """Waits on the host for the pending work although -1 asks for no synchronization."""
+
+    def __dlpack__(self, stream=None, **kwargs):
+        if stream == -1:
+            self._a.to_device("cpu")           # the host waits for the pending write
+        return self._a.__dlpack__(stream=stream, **kwargs)
+
+
+class AcceptsStreamZero(_Wrapped):
+    """Takes the ambiguous stream 0 as the legacy default stream."""
+
+    def __dlpack__(self, stream=None, **kwargs):
+        return self._a.__dlpack__(stream=1 if stream == 0 else stream, **kwargs)
+
+
+class AliasingCopy(_Wrapped):
+    """copy=True exports the array in place."""
+
+    def __dlpack__(self, copy=None, **kwargs):
+        return self._a.__dlpack__(**kwargs)
+
+
+class NoCopiedFlag(_Wrapped):
+    """Copies, but clears DLPACK_FLAG_BITMASK_IS_COPIED."""
+
+    def __dlpack__(self, **kwargs):
+        cap = self._a.__dlpack__(**kwargs)
+        info = read_capsule(cap)
+        if info["versioned"]:
+            DLManagedTensorVersioned.from_address(info["address"]).flags &= ~FLAG_IS_COPIED
+        return cap
+
+
+class HostCopyOnItsOwnStream(_Wrapped):
+    """Copies to the host on a stream of its own and never waits for it."""
+
+    streams: list = []
+
+    def __dlpack__(self, stream=None, dl_device=None, **kwargs):
+        if dl_device is not None and int(dl_device[0]) == 1:
+            stream = self._own_stream()
+        return self._a.__dlpack__(stream=stream, dl_device=dl_device, **kwargs)
+
+    @classmethod
+    def _own_stream(cls):
+        from cuda.bindings import driver
+        from dlpack_ref._cuda_driver import check, runtime
+        rt = runtime()
+        pushed = rt.enter(0)
+        try:
+            s = int(check(driver.cuStreamCreate(1), "cuStreamCreate"))
+        finally:
+            rt.leave(pushed)
+        cls.streams.append(s)
+        return s
+
+    @classmethod
+    def destroy_streams(cls):
+        from cuda.bindings import driver
+        while cls.streams:
+            s = cls.streams.pop()
+            driver.cuStreamSynchronize(s)
+            driver.cuStreamDestroy(s)
+
+
+class ManagedAsCuda(_Wrapped):
+    """Reports managed memory as plain CUDA memory."""
+
+    def __dlpack_device__(self):
+        t, i = self._a.__dlpack_device__()
+        return (dr.DeviceType.CUDA, i) if int(t) == 13 else (t, i)
+
+
+class PinnedAsCpu(_Wrapped):
+    """Reports page-locked memory as ordinary CPU memory."""
+
+    def __dlpack_device__(self):
+        t, i = self._a.__dlpack_device__()
+        return (dr.DeviceType.CPU, 0) if int(t) == 3 else (t, i)
+
+
+def test_every_cuda_rule_is_cited_and_registered_with_the_runner():
+    assert CUDA_RULES and all(r.startswith("cuda.") for r in CUDA_RULES)
+    assert all(rule.citation() for rule in cuda_rules.RULES.values())
+    assert set(CUDA_RULES) <= set(runner.RULES)
+    tasks = runner.tasks_for(adapters.subject("dlpack_ref"))
+    assert [t["rule"] for t in tasks if t["kind"] == "cuda"] == CUDA_RULES
+    # NumPy cannot make CUDA arrays: no CUDA tasks at all
+    assert not [t for t in runner.tasks_for(adapters.subject("numpy")) if t["kind"] == "cuda"]
+
+
+def test_without_a_cuda_device_every_cuda_rule_is_not_supported():
+    if cudasim.loaded() is None and cudatest.unavailable() is None:
+        pytest.skip("a real CUDA driver is present")
+    env = dict(os.environ, DLPACK_REF_CUDA_SIM="0")
+    code = ("from dlpack_ref.conformance import adapters, cuda_rules\n"
+            "for r in cuda_rules.check_cuda(adapters.subject('dlpack_ref').cuda):\n"
+            "    print(r.status.value, r.rule.id, r.exc_message)\n")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    lines = out.splitlines()
+    assert len(lines) == len(CUDA_RULES)
+    assert all(line.startswith("not supported cuda.") for line in lines), out
+    assert "CUDA needs the NVIDIA driver" in out
+
+
+def test_dlpack_ref_passes_every_cuda_rule():
+    results = check_cuda(_own())
+    assert [r.rule.id for r in results] == CUDA_RULES
+    assert [r.line() for r in results if r.status is not Status.PASS] == []
+
+
+def test_dlpack_ref_passes_every_cuda_rule_through_the_runner(monkeypatch):
+    # the runner's worker is a fresh interpreter: it runs where this process does
+    monkeypatch.setenv("LD_PRELOAD", _sim_env().get("LD_PRELOAD", ""))
+    results = runner.run(adapters.subject("dlpack_ref"), only=CUDA_RULES)
+    assert [r.rule.id for r in results] == CUDA_RULES
+    assert [r.line() for r in results if r.status is not Status.PASS] == []
+
+
+def test_the_cli_runs_the_cuda_rules_alone_and_reports_them():
+    out = subprocess.run([sys.executable, "-m", "dlpack_ref", "check", "--library", "dlpack_ref", "--rules", "cuda.*",
+                          "--no-matrix", "--format", "json"], env=_sim_env(), capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    import json
+    report = json.loads(out.stdout)
+    checks = {r["check"]: r["status"] for r in report["libraries"][0]["results"]}
+    assert checks == dict.fromkeys(CUDA_RULES, "pass")
+    table = subprocess.run([sys.executable, "-m", "dlpack_ref", "check", "--library", "dlpack_ref", "--rules",
+                            "cuda.copy_*", "--no-matrix"], env=_sim_env(), capture_output=True, text=True).stdout
+    assert "CUDA checks" in table and "cuda.copy_true_copies" in table and "cuda.managed_device" not in table
+
+
+@pytest.fixture
+def own_streams():
+    yield
+    HostCopyOnItsOwnStream.destroy_streams()
+
+
+BROKEN = [
+    (NoStreamWait, {"cuda.stream_handle_waits", "cuda.stream_legacy_waits", "cuda.stream_per_thread_waits",
+                    "cuda.stream_none_waits", "cuda.stream_object_waits"}),
+    (SyncsOnMinusOne, {"cuda.stream_no_sync"}),
+    (AcceptsStreamZero, {"cuda.stream_invalid_refused"}),
+    (AliasingCopy, {"cuda.copy_true_copies", "cuda.copy_true_flag"}),
+    (NoCopiedFlag, {"cuda.copy_true_flag", "cuda.dl_device_cpu_flag"}),
+    (HostCopyOnItsOwnStream, {"cuda.dl_device_cpu_readable", "cuda.dl_device_cpu_on_stream"}),
+    (ManagedAsCuda, {"cuda.managed_device"}),
+    (PinnedAsCpu, {"cuda.pinned_device"}),
+]
+
+
+@pytest.mark.parametrize("wrapper, broken", BROKEN, ids=[w.__name__ for w, _ in BROKEN])
+def test_a_broken_producer_fails_exactly_its_rules(wrapper, broken, own_streams):
+    results = check_cuda(_broken(wrapper))
+    assert _errors(results) == []
+    assert _failing(results) == broken, [r.line() for r in results if r.failed]
+    assert all(r.status is Status.PASS for r in results if r.rule.id not in broken)
+
+
+class IntStreamsOnly(_Wrapped):
+    def __dlpack__(self, stream=None, **kwargs):
+        if stream is not None and not isinstance(stream, int):
+            raise TypeError("stream must be an int")
+        return self._a.__dlpack__(stream=stream, **kwargs)
+
+
+def test_what_a_library_cannot_do_is_not_supported_never_a_pass():
+    own = _own()
+
+    def device_memory_only(kind, values):
+        if kind != "cuda":
+            raise RuntimeError(f"no {kind} memory in this library")
+        return own.factory(kind, values)
+
+    # JAX's case: arrays, but no way to tell the library which stream to write on
+    results = {r.rule.id: r for r in check_cuda(CudaProducer("no-streams", device_memory_only))}
+    unsupported = {k for k, r in results.items() if r.status is Status.NOT_SUPPORTED}
+    assert unsupported == ORDERING_RULES | {"cuda.managed_device", "cuda.pinned_device"}
+    assert "cannot tell it which stream" in results["cuda.stream_handle_waits"].detail
+    assert results["cuda.managed_device"].exc_message == "no managed memory in this library"
+    assert all(r.status is Status.PASS for k, r in results.items() if k not in unsupported)
+    ints = {r.rule.id: r for r in check_cuda(_broken(IntStreamsOnly), only=["cuda.stream_object_waits"])}
+    assert ints["cuda.stream_object_waits"].status is Status.NOT_SUPPORTED
+
+
+class RefusesDeviceCopy(_Wrapped):
+    """Refuses copy=True between CUDA arrays (seed 000: CuPy 14.0.1)."""
+
+    def __dlpack__(self, copy=None, dl_device=None, **kwargs):
+        if copy and dl_device is None:
+            raise BufferError("copy=True is only supported for a copy to the host")
+        return self._a.__dlpack__(copy=copy, dl_device=dl_device, **kwargs)
+
+
+def test_copy_true_refused_on_the_device_is_a_failure_not_unsupported():
+    results = {r.rule.id: r for r in check_cuda(_broken(RefusesDeviceCopy),
+                                                only=["cuda.copy_true_copies", "cuda.copy_true_flag"])}
+    copies = results["cuda.copy_true_copies"]
+    assert copies.status is Status.FAIL and copies.exc_type == "BufferError"
+    assert "must always copy" in copies.detail
+    assert results["cuda.copy_true_flag"].status is Status.NOT_SUPPORTED
