@@ -148,7 +148,7 @@ if [ "$SIM" = 1 ]; then
     # the checker's workers are fresh interpreters: preload the simulator into
     # them (its SONAME answers their dlopen of libcuda.so.1)
     SIMLIB=$(cd "$ROOT/tests/support" && "$PY" -c 'import cudasim; print(cudasim.build())') || fail conformance
-    CHECK_ENV=(env "LD_PRELOAD=$SIMLIB")
+    CHECK_ENV=(env "LD_PRELOAD=${LD_PRELOAD:+$LD_PRELOAD }$SIMLIB")
 fi
 LIBS=(--library dlpack_ref)
 for lib in $("$PY" -c 'import importlib.util as u

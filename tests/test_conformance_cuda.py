@@ -53,7 +53,9 @@ def _sim_env() -> dict:
     process runs on it."""
     env = dict(os.environ)
     if cudasim.loaded() is not None:
-        env["LD_PRELOAD"] = " ".join(filter(None, [cudasim.build(), env.get("LD_PRELOAD")]))
+        # After what is preloaded already: the sanitizer lane's ASan runtime
+        # must stay first in the list.
+        env["LD_PRELOAD"] = " ".join(filter(None, [env.get("LD_PRELOAD"), cudasim.build()]))
     return env
 
 
