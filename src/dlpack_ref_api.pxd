@@ -468,7 +468,9 @@ cdef inline void* dlpack_ref_claim(object capsule, bint* versioned) except NULL:
     with cython.critical_section(capsule):
         name = PyCapsule_GetName(capsule)
         if name != NULL and strcmp(name, DLPACK_REF_CAPSULE_VERSIONED) == 0:
-            managed = PyCapsule_GetPointer(capsule, DLPACK_REF_CAPSULE_VERSIONED)
+            # Its own name pointer: CPython compares pointers first, so the
+            # name is not compared a second time.
+            managed = PyCapsule_GetPointer(capsule, name)
             PyCapsule_SetName(capsule, DLPACK_REF_CAPSULE_USED_VERSIONED)
             versioned[0] = True
         elif name != NULL and strcmp(name, DLPACK_REF_CAPSULE_LEGACY) == 0:
