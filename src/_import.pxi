@@ -114,8 +114,12 @@ cdef Array _array_from_capsule(object capsule):
     if not PyCapsule_CheckExact(capsule):
         raise TypeError(f"__dlpack__ returned {type(capsule).__name__}, not a DLPack capsule")
     cdef bint versioned = False
-    cdef void* managed = dlpack_ref_claim(capsule, &versioned)
-    return _array_from_managed(managed, versioned)
+    # Made before the capsule is claimed: nothing is owned yet if this
+    # fails, so no try block (paid on every import) guards it.
+    cdef Array a = Array.__new__(Array)
+    a._managed = dlpack_ref_claim(capsule, &versioned)
+    a._managed_versioned = versioned
+    return _describe_managed(a)
 
 
 cdef Array _owner_of(void* managed, bint versioned):
@@ -136,7 +140,13 @@ cdef Array _owner_of(void* managed, bint versioned):
 cdef Array _array_from_managed(void* managed, bint versioned):
     """An Array owning and describing a managed tensor (DLManagedTensorVersioned*
     when `versioned`, else DLManagedTensor*), after every check."""
-    cdef Array a = _owner_of(managed, versioned)
+    return _describe_managed(_owner_of(managed, versioned))
+
+
+cdef Array _describe_managed(Array a):
+    """a, owning its managed tensor, described by it after every check."""
+    cdef void* managed = a._managed
+    cdef bint versioned = a._managed_versioned
     dlpack_check_managed(managed, versioned)
     cdef DLTensor* t
     cdef uint64_t flags = 0
