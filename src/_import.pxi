@@ -7,6 +7,11 @@
 
 cdef tuple _MAX_VERSION = (DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION)
 cdef tuple _KW_MAX_VERSION = ("max_version",)
+# The keyword names of a from_dlpack request, by the bits of what it asks
+# besides max_version: 1 stream, 2 dl_device, 4 copy (in that order).
+cdef tuple _KW_ASKED = tuple(
+    ("max_version",) + tuple(name for bit, name in ((1, "stream"), (2, "dl_device"), (4, "copy")) if mask & bit)
+    for mask in range(8))
 cdef object _DLPACK_NAME = "__dlpack__"
 
 cdef extern from *:
@@ -343,16 +348,29 @@ def from_dlpack(x, /, *, device=None, copy=None):
     stream = None
     if dlpack_ref_device_cuda_family(source.device_type) and (_stream_contexts or dlpack_ref_device_cuda_family(target.device_type)):
         stream = _cuda().consumer_stream_for(_device_object(source), _device_object(target))
-    kwargs = {"max_version": _MAX_VERSION}
+    # x.__dlpack__(max_version=..., [stream=...,] [dl_device=...,] [copy=...])
+    # by vectorcall: no keyword dict, no bound method.
+    cdef PyObject* args[5]
+    cdef int asked = 0
+    cdef Py_ssize_t n = 2
+    args[0] = <PyObject*>x
+    args[1] = <PyObject*>_MAX_VERSION
     if stream is not None:
-        kwargs["stream"] = stream
+        args[n] = <PyObject*>stream
+        n += 1
+        asked |= 1
+    dl_device = _dlpack_device_tuple(target) if have_target else None
     if have_target:
-        kwargs["dl_device"] = _dlpack_device_tuple(target)
+        args[n] = <PyObject*>dl_device
+        n += 1
+        asked |= 2
     if copy is not None:
-        kwargs["copy"] = copy
+        args[n] = <PyObject*>copy
+        n += 1
+        asked |= 4
     cdef bint producer_did_it = True
     try:
-        capsule = x.__dlpack__(**kwargs)
+        capsule = dlref_call_method(&_dlpack_memo, _DLPACK_NAME, args, 1, <tuple>_KW_ASKED[asked])
     except TypeError:
         # Pre-1.0 producer: no max_version, dl_device or copy; move/copy here.
         producer_did_it = False
