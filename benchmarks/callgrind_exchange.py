@@ -130,8 +130,13 @@ def main(argv=None) -> int:
     loop_cost = _per_call(*BASELINE, args.loops)
     print(f"{'(loop overhead, subtracted)':38s} {loop_cost:10.0f} instructions/call")
     results = {}
+    # The kept profile's path, set apart from the loop's per-case `keep`
+    # (None for every case but the annotated one, whatever its position).
+    annotated = os.path.join(tempfile.gettempdir(), "callgrind.annotate.out") if args.annotate else None
+    if annotated is not None and os.path.exists(annotated):
+        os.remove(annotated)   # a previous run's profile is not this one's
     for name in names:
-        keep = os.path.join(tempfile.gettempdir(), "callgrind.annotate.out") if name == args.annotate else None
+        keep = annotated if name == args.annotate else None
         try:
             results[name] = measure(name, args.loops, keep, loop_cost)
         except (subprocess.CalledProcessError, ImportError) as exc:
@@ -148,8 +153,8 @@ def main(argv=None) -> int:
         os.makedirs(os.path.dirname(args.json), exist_ok=True)
         with open(args.json, "w") as f:
             json.dump({"loops": args.loops, "loop_overhead": loop_cost, "instructions_per_call": results}, f, indent=2)
-    if args.annotate:
-        subprocess.run(["callgrind_annotate", "--inclusive=yes", keep], check=False)
+    if annotated is not None and os.path.exists(annotated):
+        subprocess.run(["callgrind_annotate", "--inclusive=yes", annotated], check=False)
     return 0
 
 

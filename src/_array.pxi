@@ -15,6 +15,12 @@ class CopyForbiddenError(BufferError, ValueError):
     """
 
 
+cimport cython
+
+
+# Recycled Array objects: every import and view makes one (Cython keeps no
+# free list in free-threaded builds).
+@cython.freelist(16)
 cdef class Array:
     """An n-d array of any DLPack 1.3 dtype on a CPU or CUDA-family device.
 

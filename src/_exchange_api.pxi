@@ -92,13 +92,36 @@ PyType_Modified(<_TypeObjectWithDict*>Array)
 # written once per type; dict reads and writes are atomic, also without the GIL.
 cdef dict _exchange_api_by_type = {}
 
+cdef extern from *:
+    """
+    #ifdef Py_GIL_DISABLED
+    #define DLREF_GIL_BUILD 0
+    #else
+    #define DLREF_GIL_BUILD 1
+    #endif
+    """
+    bint DLREF_GIL_BUILD
+
+# The last type asked about and its table (GIL builds, where the pair is
+# written under the GIL): a run of imports from one library skips the dict.
+# Borrowed: the dict's key keeps the type alive, so the address stays its own.
+cdef PyObject* _last_api_type = NULL
+cdef void* _last_api = NULL
+
 
 cdef void* _exchange_api_of(object tp) except? NULL:
+    global _last_api_type, _last_api
+    if DLREF_GIL_BUILD and <PyObject*>tp == _last_api_type:
+        return _last_api
     entry = _exchange_api_by_type.get(tp)
     if entry is None:
         entry = _lookup_exchange_api(tp)
         _exchange_api_by_type[tp] = entry
-    return <void*><uintptr_t>(<tuple>entry)[1]
+    cdef void* api = <void*><uintptr_t>(<tuple>entry)[1]
+    if DLREF_GIL_BUILD:
+        _last_api_type = <PyObject*>tp
+        _last_api = api
+    return api
 
 
 cdef tuple _lookup_exchange_api(object tp):

@@ -7,10 +7,95 @@
 
 cdef tuple _MAX_VERSION = (DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION)
 cdef tuple _KW_MAX_VERSION = ("max_version",)
+# The keyword names of a from_dlpack request, by the bits of what it asks
+# besides max_version: 1 stream, 2 dl_device, 4 copy (in that order).
+cdef tuple _KW_ASKED = tuple(
+    ("max_version",) + tuple(name for bit, name in ((1, "stream"), (2, "dl_device"), (4, "copy")) if mask & bit)
+    for mask in range(8))
 cdef object _DLPACK_NAME = "__dlpack__"
 
-cdef extern from "Python.h":
-    object PyObject_VectorcallMethod(object name, PyObject** args, size_t nargsf, object kwnames)
+cdef extern from *:
+    """
+    /* x.name(*args[1:]) for x = args[0], as PyObject_VectorcallMethod calls
+       it, with the attribute found on x's type kept between calls for as long
+       as the type is unchanged: CPython renews a type's version tag on every
+       change to it or a base, so an equal nonzero tag means the same lookup
+       result. Only types whose attribute lookup is the generic one and whose
+       instances have no __dict__ are memoized (then the type's method is what
+       x.name gives); any other object takes the generic call. GIL builds
+       only: the memo is written under the GIL. */
+    typedef struct { PyTypeObject* type; unsigned int tag; PyObject* method; } dlref_method_memo;
+
+    static PyObject* dlref_call_method(dlref_method_memo* memo, PyObject* name, PyObject** args,
+                                       size_t nargs, PyObject* kwnames) {
+    #if !defined(Py_GIL_DISABLED) && PY_VERSION_HEX >= 0x030B0000
+        PyTypeObject* tp = Py_TYPE(args[0]);
+        PyObject* m;
+        PyObject* r;
+        if (tp == memo->type && memo->tag != 0 && tp->tp_version_tag == memo->tag) {
+            m = memo->method;
+        } else if (tp->tp_getattro == PyObject_GenericGetAttr && tp->tp_dictoffset == 0
+                   && !PyType_HasFeature(tp, Py_TPFLAGS_MANAGED_DICT)) {
+            m = _PyType_Lookup(tp, name);   /* borrowed; gives tp a version tag */
+            if (m == NULL || !PyType_HasFeature(Py_TYPE(m), Py_TPFLAGS_METHOD_DESCRIPTOR)
+                    || tp->tp_version_tag == 0)
+                return PyObject_VectorcallMethod(name, args, nargs, kwnames);
+            PyObject* old_method = memo->method;
+            PyObject* old_type = (PyObject*)memo->type;
+            Py_INCREF(m);
+            Py_INCREF(tp);
+            memo->type = tp;
+            memo->tag = tp->tp_version_tag;
+            memo->method = m;
+            Py_XDECREF(old_method);
+            Py_XDECREF(old_type);
+        } else {
+            return PyObject_VectorcallMethod(name, args, nargs, kwnames);
+        }
+        Py_INCREF(m);   /* the call may change the type and drop the memo's reference */
+        r = PyObject_Vectorcall(m, args, nargs, kwnames);
+        Py_DECREF(m);
+        return r;
+    #else
+        return PyObject_VectorcallMethod(name, args, nargs, kwnames);
+    #endif
+    }
+
+    /* Whether a __dlpack_device__ answer is a (device_type, device_id) tuple
+       of ints equal to (type, id); 0 for anything else, which the full check
+       then reads (no error is left set). */
+    static int dlref_device_answer_is(PyObject* answer, int32_t type, int32_t id) {
+        PyObject* t;
+        PyObject* i;
+        int overflow = 0;
+        long long tv, iv;
+        if (!PyTuple_CheckExact(answer) || PyTuple_GET_SIZE(answer) != 2) return 0;
+        t = PyTuple_GET_ITEM(answer, 0);
+        i = PyTuple_GET_ITEM(answer, 1);
+        if (!PyLong_Check(t) || PyBool_Check(t) || !PyLong_CheckExact(i)) return 0;
+        tv = PyLong_AsLongLongAndOverflow(t, &overflow);
+        if (overflow || (tv == -1 && PyErr_Occurred())) { PyErr_Clear(); return 0; }
+        iv = PyLong_AsLongLongAndOverflow(i, &overflow);
+        if (overflow || (iv == -1 && PyErr_Occurred())) { PyErr_Clear(); return 0; }
+        return tv == type && iv == id;
+    }
+
+    /* -1 with the error of a failed call still set: raises it in Cython. */
+    static int dlref_pending_error(void) { return -1; }
+    """
+    ctypedef struct dlref_method_memo:
+        pass
+    object dlref_call_method(dlref_method_memo* memo, object name, PyObject** args, size_t nargs, object kwnames)
+    # The same call with its failure left pending (NULL, the error set): the
+    # hot paths enter no try block (whose exception-state bookkeeping is paid
+    # on success too) and hand a failure to _reraise below.
+    PyObject* dlref_call_method_or_null "dlref_call_method"(
+        dlref_method_memo* memo, object name, PyObject** args, size_t nargs, object kwnames)
+    int _reraise "dlref_pending_error"() except -1
+    bint dlref_device_answer_is(object answer, int32_t type, int32_t id)
+
+cdef dlref_method_memo _dlpack_memo
+cdef dlref_method_memo _dlpack_device_memo
 
 # Non-zero while any thread has a consumer stream set (dlpack_ref.cuda.stream);
 # with none set, the consumer's stream is the legacy default, which is exactly
@@ -34,8 +119,12 @@ cdef Array _array_from_capsule(object capsule):
     if not PyCapsule_CheckExact(capsule):
         raise TypeError(f"__dlpack__ returned {type(capsule).__name__}, not a DLPack capsule")
     cdef bint versioned = False
-    cdef void* managed = dlpack_ref_claim(capsule, &versioned)
-    return _array_from_managed(managed, versioned)
+    # Made before the capsule is claimed: nothing is owned yet if this
+    # fails, so no try block (paid on every import) guards it.
+    cdef Array a = Array.__new__(Array)
+    a._managed = dlpack_ref_claim(capsule, &versioned)
+    a._managed_versioned = versioned
+    return _describe_managed(a)
 
 
 cdef Array _owner_of(void* managed, bint versioned):
@@ -56,7 +145,13 @@ cdef Array _owner_of(void* managed, bint versioned):
 cdef Array _array_from_managed(void* managed, bint versioned):
     """An Array owning and describing a managed tensor (DLManagedTensorVersioned*
     when `versioned`, else DLManagedTensor*), after every check."""
-    cdef Array a = _owner_of(managed, versioned)
+    return _describe_managed(_owner_of(managed, versioned))
+
+
+cdef Array _describe_managed(Array a):
+    """a, owning its managed tensor, described by it after every check."""
+    cdef void* managed = a._managed
+    cdef bint versioned = a._managed_versioned
     dlpack_check_managed(managed, versioned)
     cdef DLTensor* t
     cdef uint64_t flags = 0
@@ -70,8 +165,18 @@ cdef Array _array_from_managed(void* managed, bint versioned):
             f"DLTensor.device=({<int>t.device.device_type}, {t.device.device_id}) is not supported: "
             f"dlpack-ref holds memory of {DLPACK_REF_DEVICES_SUPPORTED.decode()}")
     cdef int32_t nd = t.ndim
+    cdef int i
     _set_ndim(a, nd)
-    if nd:
+    if nd <= SMALL_NDIM:
+        # A few words: copied in place (a memcpy call costs more).
+        for i in range(nd):
+            a._shape[i] = t.shape[i]
+        if t.strides == NULL:
+            _set_c_strides(a)
+        else:
+            for i in range(nd):
+                a._strides[i] = t.strides[i]
+    else:
         memcpy(a._shape, t.shape, nd * sizeof(int64_t))
         if t.strides == NULL:
             _set_c_strides(a)
@@ -91,7 +196,7 @@ cdef object _call_dlpack_versioned(object x):
     cdef PyObject* args[2]
     args[0] = <PyObject*>x
     args[1] = <PyObject*>_MAX_VERSION
-    return PyObject_VectorcallMethod(_DLPACK_NAME, args, 1, _KW_MAX_VERSION)
+    return dlref_call_method(&_dlpack_memo, _DLPACK_NAME, args, 1, _KW_MAX_VERSION)
 
 
 cdef Array _import_plain(object x):
@@ -107,23 +212,40 @@ cdef Array _import_plain(object x):
         a = _import_via_exchange_api(<DLPackExchangeAPI*>api, x)
         if a is not None:
             return a
-    try:
-        capsule = _call_dlpack_versioned(x)
-    except TypeError:
-        if not hasattr(x, "__dlpack__"):
-            raise _not_dlpack(x) from None
-        # A producer older than DLPack 1.0 rejects max_version.
-        capsule = x.__dlpack__()
-    except AttributeError:
-        if not hasattr(x, "__dlpack__"):
-            raise _not_dlpack(x) from None
-        raise
+    cdef PyObject* args[2]
+    args[0] = <PyObject*>x
+    args[1] = <PyObject*>_MAX_VERSION
+    cdef PyObject* result = dlref_call_method_or_null(&_dlpack_memo, _DLPACK_NAME, args, 1, _KW_MAX_VERSION)
+    if result == NULL:
+        capsule = _dlpack_failed(x)
+    else:
+        capsule = <object>result
+        Py_DECREF(capsule)   # the call's reference, now capsule's
     a = _array_from_capsule(capsule)
     # Asked after __dlpack__, so that its refusals come first, as they
     # would from __dlpack__ alone; `a` owns the tensor already, so any
     # failure here runs the deleter.
-    _check_announced_device(x, a, _dlpack_device_of(x))
+    answer = _ask_dlpack_device(x)
+    if not dlref_device_answer_is(answer, a._device.device_type, a._device.device_id):
+        # Anything but the capsule's own device, read by the full check.
+        _check_announced_device(x, a, _checked_device_answer(x, answer))
     return a
+
+
+cdef object _dlpack_failed(object x):
+    """The plain path's answer to a failed x.__dlpack__(max_version=...) (the
+    error pending)."""
+    try:
+        _reraise()
+    except TypeError:
+        if not hasattr(x, "__dlpack__"):
+            raise _not_dlpack(x) from None
+        # A producer older than DLPack 1.0 rejects max_version.
+        return x.__dlpack__()
+    except AttributeError:
+        if not hasattr(x, "__dlpack__"):
+            raise _not_dlpack(x) from None
+        raise
 
 
 cdef object _DLPACK_DEVICE_NAME = "__dlpack_device__"
@@ -133,16 +255,29 @@ cdef inline bint _is_plain_int(object v):
     return type(v) is int or (isinstance(v, int) and not isinstance(v, bool))
 
 
-cdef DLDevice _dlpack_device_of(object x) except *:
-    """x.__dlpack_device__(), checked: a (device_type, device_id) tuple of two ints."""
+cdef object _ask_dlpack_device(object x):
+    """x.__dlpack_device__(), unchecked."""
     cdef PyObject* args[1]
     args[0] = <PyObject*>x
+    cdef PyObject* answer = dlref_call_method_or_null(&_dlpack_device_memo, _DLPACK_DEVICE_NAME, args, 1, None)
+    if answer != NULL:
+        result = <object>answer
+        Py_DECREF(result)   # the call's reference, now result's
+        return result
     try:
-        answer = PyObject_VectorcallMethod(_DLPACK_DEVICE_NAME, args, 1, None)
+        _reraise()
     except AttributeError:
         if not hasattr(x, "__dlpack_device__"):
             raise _not_dlpack(x) from None
         raise
+
+
+cdef DLDevice _dlpack_device_of(object x) except *:
+    """x.__dlpack_device__(), checked: a (device_type, device_id) tuple of two ints."""
+    return _checked_device_answer(x, _ask_dlpack_device(x))
+
+
+cdef DLDevice _checked_device_answer(object x, object answer) except *:
     if type(answer) is not tuple or len(<tuple>answer) != 2 or not (
             _is_plain_int((<tuple>answer)[0]) and _is_plain_int((<tuple>answer)[1])):
         raise TypeError(
@@ -213,16 +348,29 @@ def from_dlpack(x, /, *, device=None, copy=None):
     stream = None
     if dlpack_ref_device_cuda_family(source.device_type) and (_stream_contexts or dlpack_ref_device_cuda_family(target.device_type)):
         stream = _cuda().consumer_stream_for(_device_object(source), _device_object(target))
-    kwargs = {"max_version": _MAX_VERSION}
+    # x.__dlpack__(max_version=..., [stream=...,] [dl_device=...,] [copy=...])
+    # by vectorcall: no keyword dict, no bound method.
+    cdef PyObject* args[5]
+    cdef int asked = 0
+    cdef Py_ssize_t n = 2
+    args[0] = <PyObject*>x
+    args[1] = <PyObject*>_MAX_VERSION
     if stream is not None:
-        kwargs["stream"] = stream
+        args[n] = <PyObject*>stream
+        n += 1
+        asked |= 1
+    dl_device = _dlpack_device_tuple(target) if have_target else None
     if have_target:
-        kwargs["dl_device"] = _dlpack_device_tuple(target)
+        args[n] = <PyObject*>dl_device
+        n += 1
+        asked |= 2
     if copy is not None:
-        kwargs["copy"] = copy
+        args[n] = <PyObject*>copy
+        n += 1
+        asked |= 4
     cdef bint producer_did_it = True
     try:
-        capsule = x.__dlpack__(**kwargs)
+        capsule = dlref_call_method(&_dlpack_memo, _DLPACK_NAME, args, 1, <tuple>_KW_ASKED[asked])
     except TypeError:
         # Pre-1.0 producer: no max_version, dl_device or copy; move/copy here.
         producer_did_it = False

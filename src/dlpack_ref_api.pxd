@@ -217,10 +217,12 @@ cdef inline int64_t dlpack_ref_nbytes(int64_t count, int64_t storage_bits) noexc
     return (count * storage_bits + 7) // 8
 
 
+@cython.cdivision(True)   # the divisors are extents > 1
 cdef inline int64_t dlpack_ref_element_count(const int64_t* shape, int32_t ndim) noexcept nogil:
     """The product of the extents; -1 when one is negative, -2 when the
     product overflows int64 (a zero extent makes any shape's product 0)."""
     cdef int64_t n = 1
+    cdef int64_t extent
     cdef int i
     for i in range(ndim):
         if shape[i] < 0:
@@ -230,12 +232,16 @@ cdef inline int64_t dlpack_ref_element_count(const int64_t* shape, int32_t ndim)
     if n == 0:
         return 0
     for i in range(ndim):
-        if n > INT64_MAX // shape[i]:
-            return -2
-        n *= shape[i]
+        extent = shape[i]
+        # Extents of 1 (common at high ndim) change nothing: no division.
+        if extent != 1:
+            if n > INT64_MAX // extent:
+                return -2
+            n *= extent
     return n
 
 
+@cython.cdivision(True)   # the divisor is a nonzero |stride|
 cdef inline int64_t dlpack_ref_span(const int64_t* shape, const int64_t* strides, int32_t ndim) noexcept nogil:
     """Elements between the first and the farthest element, sum |stride| *
     (extent - 1), for a non-empty tensor; -1 when it overflows int64 or a
@@ -468,7 +474,9 @@ cdef inline void* dlpack_ref_claim(object capsule, bint* versioned) except NULL:
     with cython.critical_section(capsule):
         name = PyCapsule_GetName(capsule)
         if name != NULL and strcmp(name, DLPACK_REF_CAPSULE_VERSIONED) == 0:
-            managed = PyCapsule_GetPointer(capsule, DLPACK_REF_CAPSULE_VERSIONED)
+            # Its own name pointer: CPython compares pointers first, so the
+            # name is not compared a second time.
+            managed = PyCapsule_GetPointer(capsule, name)
             PyCapsule_SetName(capsule, DLPACK_REF_CAPSULE_USED_VERSIONED)
             versioned[0] = True
         elif name != NULL and strcmp(name, DLPACK_REF_CAPSULE_LEGACY) == 0:

@@ -50,19 +50,32 @@
 static void* dlref_aligned_alloc(size_t n) { return _aligned_malloc(n ? n : 1, 256); }
 static void dlref_aligned_free(void* p) { _aligned_free(p); }
 #else
-/* 256-byte aligned; from 2 MiB on, 2 MiB aligned and advised as transparent
-   huge pages (one fault per 2 MiB instead of per 4 KiB where the kernel runs
-   THP in madvise mode). */
+/* 256-byte aligned; from 2 MiB on, the block is 2 MiB aligned and advised
+   as transparent huge pages (one fault per 2 MiB instead of per 4 KiB where
+   the kernel runs THP in madvise mode). Small blocks come from malloc with
+   room to align them (posix_memalign costs about ten times a malloc there);
+   the block's own address is kept in the word before the aligned one, so
+   one free serves both. */
+#define DLREF_ALIGN 256
 static void* dlref_aligned_alloc(size_t n) {
-    void* p = NULL;
-    size_t align = n >= DLREF_HUGE_THRESHOLD ? DLREF_HUGE_THRESHOLD : 256;
-    if (posix_memalign(&p, align, n ? n : 1) != 0) return NULL;
+    void* raw = NULL;
+    char* p;
+    if (n > SIZE_MAX - 2 * DLREF_ALIGN) return NULL;
+    if (n >= DLREF_HUGE_THRESHOLD) {
+        if (posix_memalign(&raw, DLREF_HUGE_THRESHOLD, n + DLREF_ALIGN) != 0) return NULL;
 #if defined(MADV_HUGEPAGE)
-    if (n >= DLREF_HUGE_THRESHOLD) madvise(p, n & ~(size_t)4095, MADV_HUGEPAGE);
+        madvise(raw, (n + DLREF_ALIGN) & ~(size_t)4095, MADV_HUGEPAGE);
 #endif
+        p = (char*)raw + DLREF_ALIGN;
+    } else {
+        raw = malloc(n + DLREF_ALIGN);
+        if (raw == NULL) return NULL;
+        p = (char*)(((uintptr_t)raw + DLREF_ALIGN) & ~(uintptr_t)(DLREF_ALIGN - 1));
+    }
+    ((void**)p)[-1] = raw;
     return p;
 }
-static void dlref_aligned_free(void* p) { free(p); }
+static void dlref_aligned_free(void* p) { if (p != NULL) free(((void**)p)[-1]); }
 #endif
 
 /* --- dimension coalescing -------------------------------------------------- */

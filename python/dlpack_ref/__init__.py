@@ -27,19 +27,13 @@ from ._dtypes import DTYPES, DType, DTypeCode, as_dtype
 from ._creation import asarray, zeros
 
 
-def __getattr__(name: str):
-    # __version__ is read from the package metadata on first use: importing
-    # importlib.metadata would otherwise be most of `import dlpack_ref`'s time.
-    if name == "__version__":
-        from importlib import metadata
-
-        try:
-            version = metadata.version("dlpack-ref")
-        except metadata.PackageNotFoundError:  # a source tree put on sys.path by hand
-            version = "0+unknown"
-        globals()["__version__"] = version
-        return version
-    raise AttributeError(f"module 'dlpack_ref' has no attribute {name!r}")
+try:
+    # Written into the wheel by the build ([[tool.scikit-build.generate]] in
+    # pyproject.toml): a plain attribute, so that no module __getattr__ slows
+    # every attribute lookup of this module.
+    from ._version import __version__
+except ImportError:  # a source tree put on sys.path by hand
+    __version__ = "0+unknown"
 
 
 globals().update(DTYPES)

@@ -14,7 +14,7 @@ from ._dtypes import as_dtype
 Array = _core.Array
 CopyForbiddenError = _core.CopyForbiddenError
 
-_PYTHON_VALUES = (float, int, bool, complex, list, tuple)
+_PYTHON_VALUES = frozenset((float, int, bool, complex, list, tuple))  # a set: `type(x) in` hashes, a tuple compares each
 
 
 def zeros(shape, *, dtype=None, device=None):
