@@ -10,18 +10,29 @@
 # on the same machine reuses it; a stamp written after the last step marks it
 # complete (an interrupted build leaves no stamp and is redone from scratch).
 #
-# Usage: tools/build_sid_root.sh          prints the root's path
+# Usage: tools/build_sid_root.sh          prints the root's path (/proc mounted)
 # Environment:
 #   DLPACK_REF_SID_ROOT   the root (default /opt/dlpack-ref-ci/sid)
 set -euo pipefail
 
 root=${DLPACK_REF_SID_ROOT:-/opt/dlpack-ref-ci/sid}
 packages=(python3.14 python3.14-dev python3.14-venv python3.14-dbg
-          python3.15 python3.15-dev python3.15-venv gcc g++ ca-certificates)
+          python3.15 python3.15-dev python3.15-venv gcc g++ make ca-certificates)
 stamp="$root/.dlpack-ref-sid-stamp"
 stamp_text="debian sid minbase; ${packages[*]}"
 
 log() { echo "[build_sid_root] $*" >&2; }
+
+# CI runs two lanes at once: the second waits here for the first's build.
+mkdir -p "$(dirname "$root")"
+exec 9>"$root.lock"
+flock 9
+
+# The lanes' child processes and multiprocessing need /proc inside the root.
+mount_proc() {
+    mkdir -p "$root/proc"
+    mountpoint -q "$root/proc" || mount -t proc proc "$root/proc"
+}
 
 # Commands run inside the root see the host's network set-up as it is now
 # (the resolver and the CA bundle can change between machines).
@@ -41,6 +52,7 @@ if [[ -f "$stamp" && "$(cat "$stamp")" == "$stamp_text" ]] \
    && chroot "$root" python3.14 -c 'import sys; assert sys.version_info[:2] == (3, 14)' 2>/dev/null \
    && chroot "$root" python3.15 -c 'import sys; assert sys.version_info[:2] == (3, 15)' 2>/dev/null; then
     refresh_host_files
+    mount_proc
     log "reusing $root ($stamp)"
     echo "$root"
     exit 0
@@ -66,6 +78,7 @@ chroot "$root" env DEBIAN_FRONTEND=noninteractive apt-get -q install -y --no-ins
 chroot "$root" apt-get clean
 # Debian's ca-certificates has just written its own bundle over the host's.
 refresh_host_files
+mount_proc
 echo "$stamp_text" >"$stamp"
 log "ready: $(chroot "$root" python3.14 -VV | head -n1); $(chroot "$root" python3.15 -VV | head -n1); $(chroot "$root" gcc --version | head -n1)"
 echo "$root"
