@@ -53,7 +53,7 @@ def test_numpy_like_library_fails_exactly_on_the_rules_not_allowed(numpy_project
     assert "the consumer crashed the process (killed by SIGSEGV)" in first.stdout.str()
     assert "rule: a NULL shape with ndim > 0 is refused" in first.stdout.str()
     counts = _outcomes(first)
-    assert sum(counts.values()) == 57
+    assert sum(counts.values()) == 58
 
     numpy_project.makefile(".txt", **{"dlpack-allow": "".join(f"numpy-like {rule} known\n" for rule in broken)})
     allowed = numpy_project.runpytest("-p", "no:cacheprovider")
