@@ -79,19 +79,15 @@ cdef extern from *:
         if (overflow || (iv == -1 && PyErr_Occurred())) { PyErr_Clear(); return 0; }
         return tv == type && iv == id;
     }
-
-    /* -1 with the error of a failed call still set: raises it in Cython. */
-    static int dlref_pending_error(void) { return -1; }
     """
     ctypedef struct dlref_method_memo:
         pass
     object dlref_call_method(dlref_method_memo* memo, object name, PyObject** args, size_t nargs, object kwnames)
     # The same call with its failure left pending (NULL, the error set): the
     # hot paths enter no try block (whose exception-state bookkeeping is paid
-    # on success too) and hand a failure to _reraise below.
+    # on success too) and hand a failure to dlpack_ref_raise_pending.
     PyObject* dlref_call_method_or_null "dlref_call_method"(
         dlref_method_memo* memo, object name, PyObject** args, size_t nargs, object kwnames)
-    int _reraise "dlref_pending_error"() except -1
     bint dlref_device_answer_is(object answer, int32_t type, int32_t id)
 
 cdef dlref_method_memo _dlpack_memo
@@ -236,7 +232,7 @@ cdef object _dlpack_failed(object x):
     """The plain path's answer to a failed x.__dlpack__(max_version=...) (the
     error pending)."""
     try:
-        _reraise()
+        dlpack_ref_raise_pending()
     except TypeError:
         if not hasattr(x, "__dlpack__"):
             raise _not_dlpack(x) from None
@@ -265,7 +261,7 @@ cdef object _ask_dlpack_device(object x):
         Py_DECREF(result)   # the call's reference, now result's
         return result
     try:
-        _reraise()
+        dlpack_ref_raise_pending()
     except AttributeError:
         if not hasattr(x, "__dlpack_device__"):
             raise _not_dlpack(x) from None
