@@ -150,6 +150,14 @@ cdef class Array:
             raise TypeError("len() of a 0-d Array")
         return self._shape[0]
 
+    def __iter__(self):
+        # Without __iter__, Python iterates through __getitem__ until
+        # IndexError, which a 0-d Array raises at once: an empty iteration
+        # where NumPy raises TypeError (docs/semantics.md, "Iteration").
+        if self._ndim == 0:
+            raise TypeError("iteration over a 0-d Array")
+        return _rows(self, self._shape[0])
+
     def __repr__(self):
         extras = ""
         if self._device.device_type != kDLCPU:
@@ -467,6 +475,14 @@ def _from_values(obj, dtype=None):
     if dtype is None:
         return _from_python(obj, dt, True)
     return _from_python(obj, _dldtype(dtype))
+
+
+def _rows(Array a, int64_t n):
+    """a[0], a[1], ...: what NumPy's iteration yields (0-d Arrays for a 1-d a,
+    where NumPy yields its scalars)."""
+    cdef int64_t i
+    for i in range(n):
+        yield a[i]
 
 
 def _copied(obj):

@@ -265,3 +265,29 @@ def test_asarray_of_a_hand_built_buffer_reads_what_numpy_reads(layout):
 def test_asarray_of_a_python_scalar_matches_numpy(value):
     a, n = dr.asarray(value), np.asarray(value)
     assert a.shape == () and a.tolist() == n.tolist()
+
+
+# --- iteration -------------------------------------------------------------------
+
+@property_settings
+@given(n=arrays(min_ndim=0, max_ndim=4))
+def test_iteration_yields_what_numpy_yields(n):
+    a = to_dr(n)
+    if n.ndim == 0:
+        # NumPy: TypeError('iteration over a 0-d array'); the same words for an Array.
+        with pytest.raises(TypeError, match="^iteration over a 0-d array$"):
+            iter(n)
+        with pytest.raises(TypeError, match="^iteration over a 0-d Array$"):
+            iter(a)
+        with pytest.raises(TypeError):
+            list(a)
+        return
+    items, expected = list(a), list(n)
+    assert len(items) == len(expected) == n.shape[0]
+    for i, (item, want) in enumerate(zip(items, expected)):
+        # NumPy yields views of the rows (its scalars for a 1-d array);
+        # dlpack-ref yields views, 0-d Arrays for a 1-d Array (docs/semantics.md).
+        assert type(item) is dr.Array and item.shape == np.shape(want)
+        assert item.tolist() == want.tolist()
+        if item.size:
+            assert item.data_ptr == n.ctypes.data + i * n.strides[0]
