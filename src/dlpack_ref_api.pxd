@@ -520,6 +520,78 @@ cdef inline bint _dlpack_ref_dunder_overridden(object tp):
     return False
 
 
+# --- calls into another library's exchange table ------------------------------
+# Each function of a table is called through these wrappers, which hand back
+# its status as a plain int: a table may return nonzero with no exception
+# set (Cython's `except -1` would turn that into a SystemError) or set an
+# exception and return 0. Either is a failure; what it leads to is decided
+# per function (docs/exchange_api.md, "Calls into a foreign table").
+
+cdef extern from *:
+    """
+    #ifndef DLPACK_REF_API_TABLE_CALLS_H
+    #define DLPACK_REF_API_TABLE_CALLS_H
+    static int dlpack_ref_api_table_from_py(const DLPackExchangeAPI* api, PyObject* obj,
+                                            DLManagedTensorVersioned** out) {
+        return api->managed_tensor_from_py_object_no_sync((void*)obj, out);
+    }
+    static int dlpack_ref_api_table_to_py(const DLPackExchangeAPI* api, DLManagedTensorVersioned* tensor,
+                                          void** out) {
+        return api->managed_tensor_to_py_object_no_sync(tensor, out);
+    }
+    static int dlpack_ref_api_table_view(const DLPackExchangeAPI* api, PyObject* obj, DLTensor* out) {
+        return api->dltensor_from_py_object_no_sync((void*)obj, out);
+    }
+    static int dlpack_ref_api_table_stream(const DLPackExchangeAPI* api, int32_t device_type,
+                                           int32_t device_id, void** out) {
+        return api->current_work_stream((DLDeviceType)device_type, device_id, out);
+    }
+    /* -1 with the error a call left set: raises it in Cython. */
+    static int dlpack_ref_api_pending_error(void) { return -1; }
+    #endif
+    """
+    int dlpack_ref_api_table_from_py(const DLPackExchangeAPI* api, PyObject* obj,
+                                     DLManagedTensorVersioned** out) noexcept
+    int dlpack_ref_api_table_to_py(const DLPackExchangeAPI* api, DLManagedTensorVersioned* tensor,
+                                   void** out) noexcept
+    int dlpack_ref_api_table_view(const DLPackExchangeAPI* api, PyObject* obj, DLTensor* out) noexcept
+    int dlpack_ref_api_table_stream(const DLPackExchangeAPI* api, int32_t device_type, int32_t device_id,
+                                    void** out) noexcept
+    # Raises the exception left pending by a call that failed.
+    int dlpack_ref_raise_pending "dlpack_ref_api_pending_error"() except -1
+    PyObject* _dlpack_ref_err_occurred "PyErr_Occurred"() noexcept
+    void _dlpack_ref_err_clear "PyErr_Clear"() noexcept
+
+
+cdef inline bint dlpack_ref_table_failed(int status) noexcept:
+    """Whether a table call failed: a nonzero status or an exception set."""
+    return status != 0 or _dlpack_ref_err_occurred() != NULL
+
+
+cdef inline object dlpack_ref_table_error(object tp, str function, int status):
+    """The exception for a failed call of ``function`` in the exchange table
+    of type ``tp`` (raise it). A failure as the header describes it, a
+    nonzero status with an exception set, gives that exception as it is:
+    the producer's own error. A nonzero status with none set, or an
+    exception set with status 0, gives a BufferError naming the type and
+    the function, the exception (taken here) as its ``__cause__``."""
+    cause = None
+    if _dlpack_ref_err_occurred() != NULL:
+        try:
+            dlpack_ref_raise_pending()
+        except BaseException as exc:
+            cause = exc
+        if status != 0 or not isinstance(cause, Exception):
+            return cause
+    if cause is None:
+        how = f"returned {status} without setting an exception"
+    else:
+        how = f"returned 0 but set {type(cause).__name__}: {cause}"
+    error = BufferError(f"the DLPack exchange API of {getattr(tp, '__name__', tp)} failed in {function}: {how}")
+    error.__cause__ = cause
+    return error
+
+
 cdef inline const DLPackExchangeAPI* dlpack_ref_exchange_api(object tp) except? NULL:
     """The DLPack 1.x exchange table a type publishes as
     ``__dlpack_c_exchange_api__`` (following ``prev_api`` from another major
@@ -561,12 +633,18 @@ cdef inline int dlpack_ref_import(object obj, DLPackRefTensor* out) except -1:
     cdef DLManagedTensorVersioned* m = NULL
     if PyCapsule_CheckExact(obj):
         return dlpack_ref_take(obj, out)
+    cdef int status
     api = dlpack_ref_exchange_api(type(obj))
     if api != NULL:
-        api.managed_tensor_from_py_object_no_sync(<void*>obj, &m)
-        if m == NULL:
-            raise BufferError(f"{type(obj).__name__}'s DLPack exchange API returned no tensor and no error")
-        return dlpack_ref_adopt(m, True, out)
+        status = dlpack_ref_api_table_from_py(api, <PyObject*>obj, &m)
+        if not dlpack_ref_table_failed(status) and m != NULL:
+            return dlpack_ref_adopt(m, True, out)
+        # The table stands in for __dlpack__, so any failure of it asks
+        # __dlpack__, whose answer (or refusal) is the one the caller gets.
+        _dlpack_ref_err_clear()
+        if m != NULL and m.deleter != NULL:
+            # Handed with a failure status: not trusted, but ours to free.
+            m.deleter(m)
     try:
         capsule = obj.__dlpack__(max_version=(DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION))
     except TypeError:
@@ -607,7 +685,14 @@ cdef inline object dlpack_ref_to_array(DLPackRefTensor* t):
     m = <DLManagedTensorVersioned*>t.managed
     t.managed = NULL
     t.dl_tensor = NULL
-    api.managed_tensor_to_py_object_no_sync(m, &out)   # owns m from here on
+    cdef int status = dlpack_ref_api_table_to_py(api, m, &out)   # owns m from here on, also on failure
+    if dlpack_ref_table_failed(status) or out == NULL:
+        from dlpack_ref import Array
+        error = dlpack_ref_table_error(Array, "managed_tensor_to_py_object_no_sync", status)
+        if out != NULL:
+            # An object handed with a failure status is still a reference of ours.
+            Py_DECREF(<object>out)
+        raise error
     array = <object>out   # a new reference of ours, plus the one handed over
     Py_DECREF(array)
     return array
@@ -616,4 +701,7 @@ cdef inline object dlpack_ref_to_array(DLPackRefTensor* t):
 cdef inline int dlpack_ref_view(object array, DLTensor* out) except -1:
     """Borrow the DLTensor of a ``dlpack_ref.Array`` (no allocation, valid
     while the Array lives) through its table."""
-    return _dlpack_ref_array_api().dltensor_from_py_object_no_sync(<void*>array, out)
+    cdef int status = dlpack_ref_api_table_view(_dlpack_ref_array_api(), <PyObject*>array, out)
+    if dlpack_ref_table_failed(status):
+        raise dlpack_ref_table_error(type(array), "dltensor_from_py_object_no_sync", status)
+    return 0
