@@ -443,3 +443,113 @@ def test_no_device_wide_synchronization(sim, streams):
     a.to_device("cuda_managed:0").tolist()
     a[1:3] = dr.zeros(2, dtype="float32", device="cuda:0")
     assert sim.counter("ctx_sync") == 0
+
+
+# --- cross-device copies: ordered for every stream of the target device -------
+#
+# The source is on cuda:0 with its write pending on a non-blocking stream;
+# each path moves it to cuda:1, the result is exported with a stream of
+# cuda:1 and read there. The peer copy runs on a stream of device 0 (Copies,
+# docs/cuda.md), so only an event recorded after it and waited on by the
+# export orders the target's stream. Values are random per test: memory
+# reused from an earlier test must not pass for the copy's bytes.
+
+class _OldProducer:
+    """A pre-1.0 producer: no max_version, dl_device or copy, so
+    from_dlpack copies across devices itself."""
+
+    def __init__(self, a):
+        self._a = a
+
+    def __dlpack__(self, stream=None):
+        return self._a.__dlpack__(stream=stream)
+
+    def __dlpack_device__(self):
+        return self._a.__dlpack_device__()
+
+
+def _zeros_on_1(n):
+    return dr.zeros(n, dtype="float32", device="cuda:1")
+
+
+def _assign(a):
+    b = _zeros_on_1(N)
+    b[...] = a
+    return b
+
+
+def _assign_view(a):
+    base = _zeros_on_1(2 * N)
+    base[N:] = a
+    return base[N:]
+
+
+def _in_target_stream_context(a, streams):
+    with cuda.stream(streams.new(1)):
+        return dr.from_dlpack(a, device="cuda:1")
+
+
+CROSS_DEVICE_PATHS = {
+    "to_device": lambda a, streams: a.to_device("cuda:1"),
+    "to_device_on_a_source_stream": lambda a, streams: a.to_device("cuda:1", stream=streams.new(0)),
+    "from_dlpack_device": lambda a, streams: dr.from_dlpack(a, device="cuda:1"),
+    "from_dlpack_device_copy": lambda a, streams: dr.from_dlpack(a, device="cuda:1", copy=True),
+    "from_dlpack_device_in_a_target_stream_context": _in_target_stream_context,
+    "from_dlpack_device_old_producer": lambda a, streams: dr.from_dlpack(_OldProducer(a), device="cuda:1"),
+    "dlpack_dl_device_copy": lambda a, streams: dr.from_dlpack(
+        a.__dlpack__(max_version=(1, 3), dl_device=(2, 1), copy=True)),
+    "assignment": lambda a, streams: _assign(a),
+    "assignment_into_a_view": lambda a, streams: _assign_view(a),
+}
+
+
+def _target_stream(kind, streams):
+    """(the stream value an export is given, the stream that reads) on cuda:1."""
+    if kind == "handle":
+        c = streams.new(1)
+        return c, c
+    return {"legacy": (1, 1), "per_thread": (2, 2)}[kind]
+
+
+@pytest.mark.skipif("_devices() < 2", reason="needs two CUDA devices")
+@pytest.mark.parametrize("target", ["legacy", "per_thread", "handle"])
+@pytest.mark.parametrize("path", sorted(CROSS_DEVICE_PATHS))
+def test_a_cross_device_result_is_ordered_for_every_stream_of_the_target(streams, path, target):
+    values = np.random.default_rng().random(N, dtype=np.float32)
+    a = pending_on(streams.new(0), values=values)
+    b = CROSS_DEVICE_PATHS[path](a, streams)
+    assert b.device == dr.Device("cuda", 1) and b.data_ptr != a.data_ptr
+    value, reader = _target_stream(target, streams)
+    b.__dlpack__(max_version=(1, 3), stream=value)
+    assert as_f32(read_on(reader, b.data_ptr, N * 4, device=1)).tolist() == values.tolist()
+
+
+@pytest.mark.skipif("_devices() < 2", reason="needs two CUDA devices")
+@pytest.mark.parametrize("target", ["none", "legacy", "per_thread", "handle"])
+def test_a_dl_device_copy_to_another_gpu_is_ordered_on_the_consumers_stream_there(streams, target):
+    """__dlpack__(dl_device=(CUDA, 1), copy=True, stream=s): s names a
+    stream of cuda:1, where the consumer uses the copy (None: its legacy
+    default stream)."""
+    values = np.random.default_rng().random(N, dtype=np.float32)
+    a = pending_on(streams.new(0), values=values)
+    value, reader = (None, 1) if target == "none" else _target_stream(target, streams)
+    cap = a.__dlpack__(max_version=(1, 3), dl_device=(2, 1), copy=True, stream=value)
+    info = read_capsule(cap)
+    assert info["device"] == (2, 1) and info["flags"] & 2
+    assert as_f32(read_on(reader, info["data"], N * 4, device=1)).tolist() == values.tolist()
+    del cap     # read while the capsule holds the copy
+
+
+@pytest.mark.skipif("_devices() < 2", reason="needs two CUDA devices")
+@pytest.mark.parametrize("device_id", [0, 1])
+def test_a_dl_device_copy_into_managed_memory_with_stream_none_is_readable_by_the_host(streams, device_id):
+    """Managed memory exported with stream=None may be read on the host
+    (the stream model): a copy into it is waited for like any write."""
+    values = np.random.default_rng().random(N, dtype=np.float32)
+    a = pending_on(streams.new(0), values=values)
+    cap = a.__dlpack__(max_version=(1, 3), dl_device=(13, device_id), copy=True)
+    info = read_capsule(cap)
+    assert info["device"] == (13, device_id) and info["flags"] & 2
+    got = np.frombuffer(ctypes.string_at(info["data"], N * 4), dtype=np.float32)
+    assert got.tolist() == values.tolist()
+    del cap

@@ -15,7 +15,8 @@ here reads an Array:
 - ``copy_array(dst, src, shape, itemsize, nbytes, stream)`` with two
   ``Block`` descriptions, and ``memset(...)``;
 - ``export_sync(work, device_type, device_id, stream)``: what ``__dlpack__``
-  does for the consumer's stream;
+  does for the consumer's stream; ``export_copy(...)`` the same for a copy
+  it made;
 - ``host_wait(work)``: before the host reads pinned or managed memory;
 - ``imported(work, device_id, stream)``: a producer ordered its data on
   ``stream``;
@@ -87,6 +88,19 @@ def export_sync(work: PendingWork, device_type: int, device_id: int, stream) -> 
         return
     rt = runtime()
     work.order_before(handle, _waiter_device(device_type, device_id, handle, rt))
+
+
+def export_copy(work: PendingWork, device_type: int, device_id: int, stream) -> None:
+    """Order the consumer's ``stream`` after the copy an export just made
+    (``copy=True``, or a ``dl_device`` move) into memory of the CUDA
+    family on ``(device_type, device_id)``, as ``export_sync`` orders it
+    after any write: the consumer uses the copy there, so 1, 2 and None
+    name default streams of the copy's device, while the copy ran on a
+    default stream of the source's device (see ``copy_array``). A handle
+    (> 2) is the stream the copy ran on: nothing more to order."""
+    if stream_handle(stream) > PER_THREAD_STREAM:
+        return
+    export_sync(work, device_type, device_id, stream)
 
 
 def host_wait(work: PendingWork) -> None:
