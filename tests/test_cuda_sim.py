@@ -17,6 +17,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -371,6 +372,7 @@ def test_every_stream_value_orders_the_consumer_after_the_pending_work(streams, 
     assert as_f32(read_on(reader, a.data_ptr, N * 4)).tolist() == VALUES.tolist()
 
 
+@pytest.mark.thread_unsafe(reason="expects stale bytes, which another thread's reads of reused pool memory change")
 def test_stream_minus_one_orders_nothing(sim, streams):
     s, c = streams.new(), streams.new()
     a = pending_on(s)
@@ -553,3 +555,126 @@ def test_a_dl_device_copy_into_managed_memory_with_stream_none_is_readable_by_th
     got = np.frombuffer(ctypes.string_at(info["data"], N * 4), dtype=np.float32)
     assert got.tolist() == values.tolist()
     del cap
+
+
+# --- threads sharing one pending-work record -----------------------------------
+#
+# Each block has one record, read and replaced by every thread that writes
+# or exports it. These tests start their own threads (8, as the free
+# threading tests do); pytest-run-parallel runs them once.
+
+N_THREADS = 8
+ROUNDS = int(os.environ.get("DLPACK_REF_STRESS_ROUNDS", "40"))
+
+
+def _run_threads(work):
+    """work(k) on N_THREADS threads released together; the first exception
+    any of them raised is raised here."""
+    barrier = threading.Barrier(N_THREADS)
+    errors = []
+
+    def body(k):
+        try:
+            barrier.wait()
+            work(k)
+        except BaseException as exc:  # re-raised below
+            errors.append(exc)
+            barrier.abort()
+
+    threads = [threading.Thread(target=body, args=(k,)) for k in range(N_THREADS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+
+
+@pytest.mark.thread_unsafe(reason="patches the shared runtime and starts its own threads")
+def test_an_export_while_another_thread_turns_the_legacy_write_into_an_event(streams, monkeypatch):
+    """Thread A exports a block whose last write is on the legacy stream
+    and is paused inside that export, between reading the record and
+    replacing it with an event; thread B exports the same block meanwhile.
+    B's stream must still wait for the write (it did not: B saw a record
+    with nothing pending, and read stale bytes)."""
+    values = np.random.default_rng().random(N, dtype=np.float32)
+    a = dr.asarray(values, device="cuda:0")      # copied in on the legacy stream
+    c_a, c_b = streams.new(), streams.new()
+    rt = _rt()
+    take_event = rt.take_event
+    a_thread, b_started = [], threading.Event()
+
+    def paused_take_event(device_id):
+        if threading.get_ident() in a_thread:
+            b_started.wait(5)
+            time.sleep(0.2)      # B runs its export now (or blocks on the record)
+        return take_event(device_id)
+
+    monkeypatch.setattr(rt, "take_event", paused_take_event, raising=False)
+    got = {}
+
+    def export_a():
+        a_thread.append(threading.get_ident())
+        a.__dlpack__(max_version=(1, 3), stream=c_a)
+
+    def export_b():
+        b_started.set()
+        a.__dlpack__(max_version=(1, 3), stream=c_b)
+        got["b"] = as_f32(read_on(c_b, a.data_ptr, N * 4))
+
+    threads = [threading.Thread(target=export_a), threading.Thread(target=export_b)]
+    threads[0].start()
+    while not a_thread:
+        time.sleep(0.001)
+    threads[1].start()
+    for t in threads:
+        t.join(10)
+    monkeypatch.undo()
+    assert got["b"].tolist() == values.tolist()
+    assert as_f32(read_on(c_a, a.data_ptr, N * 4)).tolist() == values.tolist()
+
+
+@pytest.mark.thread_unsafe(reason="starts its own threads")
+def test_eight_threads_writing_views_and_exporting_one_block_read_their_bytes(streams):
+    """Every round, each of 8 threads fills its slice of one shared block
+    from data still pending on its own non-blocking stream (an assignment
+    into a view), exports the view and the whole block to another
+    non-blocking stream of its own and reads its slice there; then one
+    export per thread of a fresh view reads the whole block."""
+    K = 256
+    base = dr.zeros(N_THREADS * K, dtype="float32", device="cuda:0")
+    own = [(streams.new(), streams.new()) for _ in range(N_THREADS)]
+    rng = np.random.default_rng()
+    rounds = [rng.random((N_THREADS, K), dtype=np.float32) for _ in range(ROUNDS)]
+    barrier = threading.Barrier(N_THREADS, timeout=60)
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)     # with the GIL: switch threads inside the record's updates
+
+    def work(k):
+        try:
+            rounds_of(k)
+        except BaseException:
+            barrier.abort()     # the others stop waiting for this thread
+            raise
+
+    def rounds_of(k):
+        s, c = own[k]
+        for r in range(ROUNDS):
+            mine = rounds[r][k]
+            view = base[k * K:(k + 1) * K]
+            view[...] = pending_on(s, values=mine)
+            view.__dlpack__(max_version=(1, 3), stream=c)
+            assert as_f32(read_on(c, view.data_ptr, K * 4)).tolist() == mine.tolist(), (k, r, "view")
+            base.__dlpack__(max_version=(1, 3), stream=c)
+            assert as_f32(read_on(c, view.data_ptr, K * 4)).tolist() == mine.tolist(), (k, r, "base")
+            barrier.wait()
+            whole = base[:]
+            whole.__dlpack__(max_version=(1, 3), stream=2)
+            assert as_f32(read_on(2, whole.data_ptr, N_THREADS * K * 4)).tolist() == \
+                rounds[r].ravel().tolist(), (k, r, "whole")
+            barrier.wait()
+
+    try:
+        _run_threads(work)
+    finally:
+        sys.setswitchinterval(switch)

@@ -169,11 +169,12 @@ def wait_for_producer(work: PendingWork, device_type: int, device_id: int, produ
     nothing waits."""
     rt = runtime()
     producer = producer_stream or LEGACY_STREAM
-    work.record(producer, _waiter_device(device_type, device_id, producer, rt))
-    ours = current_stream(device_id if device_type in CUDA_DEVICE_BOUND else None)
-    if ours == NO_SYNC:
-        return
-    ours = ours or LEGACY_STREAM
-    dev = _waiter_device(device_type, device_id, ours, rt)
-    work.order_before(ours, dev)
-    work.record(ours, dev)
+    with work.lock:     # one read-modify-write of the record
+        work.record(producer, _waiter_device(device_type, device_id, producer, rt))
+        ours = current_stream(device_id if device_type in CUDA_DEVICE_BOUND else None)
+        if ours == NO_SYNC:
+            return
+        ours = ours or LEGACY_STREAM
+        dev = _waiter_device(device_type, device_id, ours, rt)
+        work.order_before(ours, dev)
+        work.record(ours, dev)
