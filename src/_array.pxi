@@ -618,9 +618,15 @@ cdef object _work_of(Array a):
     """The pending-work record of a's memory, made on first use. Memory
     that was not allocated here was handed over ordered on the legacy
     default stream of its device (DLPack's stream=None)."""
-    if a._work is None:
-        a._work = _PendingWork(a._device.device_id)
-    return a._work
+    w = a._work
+    if w is not None:       # set once, never replaced: safe to read unlocked
+        return w
+    # Without the GIL two threads could each make a record and one write
+    # would be recorded in the record the other replaced.
+    with cython.critical_section(a):
+        if a._work is None:
+            a._work = _PendingWork(a._device.device_id)
+        return a._work
 
 
 cdef int _host_wait(Array a) except -1:

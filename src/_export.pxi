@@ -39,6 +39,11 @@ cdef object _export(Array a, object stream, object max_version, object dl_device
                     f"{_device_object(target)}: a copy is needed")
             src = _copy_to(a, target, stream)
             flags |= DLPACK_FLAG_BITMASK_IS_COPIED
+            if dlpack_ref_device_cuda_family(src._device.device_type):
+                # The copy ran on a stream of the source's device; the
+                # consumer's stream is one of the target's (another GPU, or
+                # the host for managed memory with stream=None).
+                _cuda().export_copy(_work_of(src), src._device.device_type, src._device.device_id, stream)
         elif cuda_family and not _work_of(a).idle:
             # Pinned or managed memory read in place by the host with
             # stream=None is readable on return (export_sync waits).
