@@ -1,0 +1,831 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* SPDX-FileCopyrightText: dlpack-ref developers */
+/*
+ * dlpack_ref.h -- the vendorable DLPack protocol of dlpack-ref, in C.
+ *
+ * C99 and valid C++17. Every function is `static inline`: a library copies
+ * this file beside dlpack.h and dlpack_ref_tables.h (the dtype and device
+ * tables, generated from dlpack-ref's one Python table when dlpack-ref is
+ * built; dlpack_ref.get_include() ships all three) and includes it after
+ * Python.h, in as many translation units as it likes. Nothing links against
+ * dlpack-ref's compiled module, so the library needs no dlpack-ref at build
+ * or run time. Header-only rather than a single-file library with an
+ * implementation section: an implementation section needs exactly one
+ * translation unit to define a macro, which Cython modules (which include
+ * the header from generated C) cannot arrange, and inline functions let the
+ * compiler fold the checks into the caller's hot path.
+ *
+ * dlpack-ref's own core calls these very functions (through the Cython
+ * declarations in dlpack_ref_api.pxd), so a library that vendors them gets
+ * exactly the reference's rules, not a copy: this file is the one place each
+ * rule below is written (docs/vendoring.md).
+ *
+ * Conventions: a function that can fail returns -1 (or NULL) with a Python
+ * exception set, and needs the GIL (or, free-threaded, an attached thread
+ * state); deleters and capsule destructors need neither.
+ *
+ * Contents:
+ *   - the capsule names and limits of the Python protocol
+ *   - sizes: storage bits, bytes, element count, byte span
+ *   - the checks, one rule each: dlpack_check_*
+ *   - export: the one allocation block, its deleters, capsule destructors
+ *   - import: claiming a capsule, adopting and releasing a managed tensor,
+ *     the exchange table of a type, importing any producer
+ *   - dlpack_ref.Array, through its exchange table (only these two need
+ *     dlpack-ref installed)
+ */
+#ifndef DLPACK_REF_H
+#define DLPACK_REF_H
+
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+#include "dlpack.h"
+#include "dlpack_ref_tables.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* --- the capsule names and limits of the Python protocol ------------------
+ * Not in dlpack.h, so written here once; dlpack.pxd declares them for
+ * Cython, and the core exports them to Python (dlpack_ref.CAPSULE_NAMES). */
+#ifndef DLPACK_REF_PROTOCOL_NAMES
+#define DLPACK_REF_PROTOCOL_NAMES
+#define DLPACK_REF_CAPSULE_VERSIONED "dltensor_versioned"
+#define DLPACK_REF_CAPSULE_LEGACY "dltensor"
+#define DLPACK_REF_CAPSULE_USED_VERSIONED "used_dltensor_versioned"
+#define DLPACK_REF_CAPSULE_USED_LEGACY "used_dltensor"
+#define DLPACK_REF_CAPSULE_EXCHANGE_API "dlpack_exchange_api"
+/* The most dimensions a tensor may have (NumPy 2 allows as many). */
+#define DLPACK_REF_MAX_NDIM 64
+/* How many prev_api links are followed before a table is judged cyclic. */
+#define DLPACK_REF_MAX_API_CHAIN 16
+#endif
+
+/* A capsule's critical section (free-threaded 3.13+); the GIL serializes
+ * the same code elsewhere. */
+#if PY_VERSION_HEX >= 0x030D0000 && !defined(Py_LIMITED_API)
+#define DLPACK_REF_BEGIN_CRITICAL_SECTION(o) Py_BEGIN_CRITICAL_SECTION(o)
+#define DLPACK_REF_END_CRITICAL_SECTION() Py_END_CRITICAL_SECTION()
+#else
+#define DLPACK_REF_BEGIN_CRITICAL_SECTION(o) {
+#define DLPACK_REF_END_CRITICAL_SECTION() }
+#endif
+
+/* A DLPack tensor taken from a capsule or a producer. The holder owns it:
+ * dlpack_ref_release runs its deleter exactly once. */
+typedef struct DLPackRefTensor {
+    DLTensor* dl_tensor;
+    uint64_t flags;   /* DLPACK_FLAG_BITMASK_*; 0 for legacy */
+    void* managed;    /* DLManagedTensorVersioned* or DLManagedTensor* */
+    int versioned;
+} DLPackRefTensor;
+
+/* --- small helpers (not part of the API) ---------------------------------- */
+
+/* The tuple of n int64 values, for messages (NULL with an error set). */
+static inline PyObject* dlpack_ref_priv_tuple(const int64_t* v, int32_t n) {
+    int32_t i;
+    PyObject* t = PyTuple_New(n);
+    if (t == NULL) return NULL;
+    for (i = 0; i < n; ++i) {
+        PyObject* item = PyLong_FromLongLong((long long)v[i]);
+        if (item == NULL) { Py_DECREF(t); return NULL; }
+        PyTuple_SET_ITEM(t, i, item);
+    }
+    return t;
+}
+
+/* type(o).__name__, as a new reference (NULL with an error set). */
+static inline PyObject* dlpack_ref_priv_type_name(PyObject* o) {
+    return PyObject_GetAttrString((PyObject*)Py_TYPE(o), "__name__");
+}
+
+/* Run `fn(arg)` with the pending exception (if any) put aside: a deleter may
+ * run Python code (an owner's finalizer), which must not see it. */
+#if PY_VERSION_HEX >= 0x030C0000
+#define DLPACK_REF_PRIV_KEEP_ERROR(call)                 \
+    do {                                                 \
+        PyObject* dlref_pending_ = PyErr_GetRaisedException(); \
+        call;                                            \
+        PyErr_SetRaisedException(dlref_pending_);        \
+    } while (0)
+#else
+#define DLPACK_REF_PRIV_KEEP_ERROR(call)                 \
+    do {                                                 \
+        PyObject *dlref_t_, *dlref_v_, *dlref_tb_;       \
+        PyErr_Fetch(&dlref_t_, &dlref_v_, &dlref_tb_);   \
+        call;                                            \
+        PyErr_Restore(dlref_t_, dlref_v_, dlref_tb_);    \
+    } while (0)
+#endif
+
+/* --- sizes ----------------------------------------------------------------- */
+
+/* Bits one element occupies in memory: bits * lanes, or 8 for sub-byte types
+ * stored one per byte (IS_SUBBYTE_TYPE_PADDED). */
+static inline int64_t dlpack_ref_storage_bits(DLDataType dtype, uint64_t flags) {
+    int64_t bits = (int64_t)dtype.bits * dtype.lanes;
+    if (bits < 8 && (flags & DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED)) return 8;
+    return bits;
+}
+
+/* Bytes that `count` elements of `storage_bits` bits occupy (packed sub-byte
+ * data rounds up to whole bytes). The callers' checks keep it in int64. */
+static inline int64_t dlpack_ref_nbytes(int64_t count, int64_t storage_bits) {
+    return (count * storage_bits + 7) / 8;
+}
+
+/* The product of the extents; -1 when one is negative, -2 when the product
+ * overflows int64 (a zero extent makes any shape's product 0). */
+static inline int64_t dlpack_ref_element_count(const int64_t* shape, int32_t ndim) {
+    int64_t n = 1;
+    int32_t i;
+    for (i = 0; i < ndim; ++i) {
+        if (shape[i] < 0) return -1;
+        if (shape[i] == 0) n = 0;
+    }
+    if (n == 0) return 0;
+    for (i = 0; i < ndim; ++i) {
+        int64_t extent = shape[i];
+        /* Extents of 1 (common at high ndim) change nothing: no division. */
+        if (extent != 1) {
+            if (n > INT64_MAX / extent) return -2;
+            n *= extent;
+        }
+    }
+    return n;
+}
+
+/* Elements between the first and the farthest element, sum |stride| *
+ * (extent - 1), for a non-empty tensor; -1 when it overflows int64 or a
+ * stride is INT64_MAX or INT64_MIN. */
+static inline int64_t dlpack_ref_span(const int64_t* shape, const int64_t* strides, int32_t ndim) {
+    int64_t span = 0;
+    int32_t i;
+    for (i = 0; i < ndim; ++i) {
+        int64_t stride = strides[i];
+        /* The two extreme values cannot be negated or stepped over, whatever
+           the extent: refused on every axis. */
+        if (stride == INT64_MAX || stride < -INT64_MAX) return -1;
+        if (shape[i] <= 1) continue;
+        if (stride < 0) stride = -stride;
+        if (stride && shape[i] - 1 > (INT64_MAX - span) / stride) return -1;
+        span += stride * (shape[i] - 1);
+    }
+    return span;
+}
+
+/* --- the checks: one rule each; every consumer calls all of them ------------
+ * Each returns 0, or -1 with a BufferError naming the offending value and
+ * what is accepted. */
+
+static inline int dlpack_check_ndim(int32_t ndim) {
+    if (ndim < 0 || ndim > DLPACK_REF_MAX_NDIM) {
+        PyErr_Format(PyExc_BufferError, "DLTensor.ndim=%d is out of range; accepted: 0 to %d", (int)ndim,
+                     DLPACK_REF_MAX_NDIM);
+        return -1;
+    }
+    return 0;
+}
+
+static inline int dlpack_check_dtype(DLDataType dtype) {
+    if (dlpack_ref_dtype_format(dtype.code, dtype.bits, dtype.lanes) == NULL) {
+        PyErr_Format(PyExc_BufferError,
+                     "unsupported DLDataType(code=%d, bits=%d, lanes=%d): not a DLPack 1.3 data type; "
+                     "accepted (code, bits, lanes): %s",
+                     (int)dtype.code, (int)dtype.bits, (int)dtype.lanes, DLPACK_REF_DTYPES_ACCEPTED);
+        return -1;
+    }
+    return 0;
+}
+
+static inline int dlpack_check_device(DLDevice device) {
+    if (!dlpack_ref_device_type_known((int32_t)device.device_type)) {
+        PyErr_Format(PyExc_BufferError,
+                     "DLTensor.device=(%d, %d) has a device type that DLPack 1.3 does not define; defined: %s",
+                     (int)device.device_type, (int)device.device_id, DLPACK_REF_DEVICE_TYPES_ACCEPTED);
+        return -1;
+    }
+    if (device.device_id < 0) {
+        PyErr_Format(PyExc_BufferError, "DLTensor.device.device_id=%d is negative", (int)device.device_id);
+        return -1;
+    }
+    return 0;
+}
+
+static inline int dlpack_check_shape(const DLTensor* t) {
+    if (t->ndim > 0 && t->shape == NULL) {
+        PyErr_Format(PyExc_BufferError, "DLTensor.shape is NULL with ndim=%d", (int)t->ndim);
+        return -1;
+    }
+    return 0;
+}
+
+/* NULL strides meant row-major until DLPack 1.2 made them mandatory. */
+static inline int dlpack_check_strides(const DLTensor* t, int null_strides_ok) {
+    if (t->ndim > 0 && t->strides == NULL && !null_strides_ok) {
+        PyErr_SetString(PyExc_BufferError,
+                        "DLTensor.strides is NULL with ndim > 0, which DLPack >= 1.2 forbids (NULL meant "
+                        "row-major only in legacy and pre-1.2 capsules)");
+        return -1;
+    }
+    return 0;
+}
+
+/* The element count, after checking that it and its size in bytes fit
+ * int64; -1 with a BufferError otherwise. */
+static inline int64_t dlpack_check_extents(const DLTensor* t, uint64_t flags) {
+    int64_t n = dlpack_ref_element_count(t->shape, t->ndim);
+    int64_t bits;
+    int32_t i;
+    PyObject* shape;
+    if (n == -1) {
+        for (i = 0; i < t->ndim; ++i) {
+            if (t->shape[i] < 0) {
+                PyErr_Format(PyExc_BufferError, "DLTensor.shape[%d]=%lld is negative", (int)i,
+                             (long long)t->shape[i]);
+                return -1;
+            }
+        }
+    }
+    if (n == -2) {
+        n = 1;
+        for (i = 0; i < t->ndim; ++i) {
+            if (n > INT64_MAX / t->shape[i]) break;
+            n *= t->shape[i];
+        }
+        if (i == t->ndim) i = t->ndim - 1;
+        shape = dlpack_ref_priv_tuple(t->shape, t->ndim);
+        if (shape == NULL) return -1;
+        PyErr_Format(PyExc_BufferError,
+                     "DLTensor shape %R overflows int64 at axis %d (extent %lld): more elements than fit "
+                     "in int64", shape, (int)i, (long long)t->shape[i]);
+        Py_DECREF(shape);
+        return -1;
+    }
+    bits = dlpack_ref_storage_bits(t->dtype, flags);
+    if (bits > 0 && n > (INT64_MAX - 7) / bits) {
+        shape = dlpack_ref_priv_tuple(t->shape, t->ndim);
+        if (shape == NULL) return -1;
+        PyErr_Format(PyExc_BufferError, "DLTensor.shape %R of %d-bit elements needs more than 2**63 bytes",
+                     shape, (int)t->dtype.bits);
+        Py_DECREF(shape);
+        return -1;
+    }
+    return n;
+}
+
+/* The farthest element is addressable: its byte distance from the first
+ * fits int64. */
+static inline int dlpack_check_span(const DLTensor* t, int64_t count, uint64_t flags) {
+    int64_t span, bits;
+    PyObject *strides, *shape;
+    if (count == 0 || t->strides == NULL) return 0;   /* row-major: covered by the extents */
+    span = dlpack_ref_span(t->shape, t->strides, t->ndim);
+    bits = dlpack_ref_storage_bits(t->dtype, flags);
+    if (span < 0 || (bits > 0 && span + 1 > INT64_MAX / bits)) {
+        strides = dlpack_ref_priv_tuple(t->strides, t->ndim);
+        if (strides == NULL) return -1;
+        shape = dlpack_ref_priv_tuple(t->shape, t->ndim);
+        if (shape == NULL) { Py_DECREF(strides); return -1; }
+        PyErr_Format(PyExc_BufferError, "DLTensor strides %R with shape %R reach beyond 2**63 bytes", strides,
+                     shape);
+        Py_DECREF(strides);
+        Py_DECREF(shape);
+        return -1;
+    }
+    return 0;
+}
+
+static inline int dlpack_check_data(const DLTensor* t, int64_t count) {
+    PyObject* shape;
+    if (t->data == NULL && count != 0) {
+        shape = dlpack_ref_priv_tuple(t->shape, t->ndim);
+        if (shape == NULL) return -1;
+        PyErr_Format(PyExc_BufferError, "DLTensor.data is NULL for a non-empty tensor (shape %R)", shape);
+        Py_DECREF(shape);
+        return -1;
+    }
+    return 0;
+}
+
+static inline int dlpack_check_byte_offset(const DLTensor* t) {
+    if (t->byte_offset > (uint64_t)INT64_MAX) {
+        PyErr_Format(PyExc_BufferError, "DLTensor.byte_offset=%llu overflows int64",
+                     (unsigned long long)t->byte_offset);
+        return -1;
+    }
+    return 0;
+}
+
+/* Every rule a DLTensor must meet before any of its fields is trusted. */
+static inline int dlpack_check_tensor(const DLTensor* t, uint64_t flags, int null_strides_ok) {
+    int64_t count;
+    if (dlpack_check_ndim(t->ndim) < 0 || dlpack_check_dtype(t->dtype) < 0 || dlpack_check_device(t->device) < 0
+            || dlpack_check_shape(t) < 0 || dlpack_check_strides(t, null_strides_ok) < 0)
+        return -1;
+    count = dlpack_check_extents(t, flags);
+    if (count < 0 || dlpack_check_span(t, count, flags) < 0 || dlpack_check_data(t, count) < 0
+            || dlpack_check_byte_offset(t) < 0)
+        return -1;
+    return 0;
+}
+
+static inline int dlpack_check_version(const DLManagedTensorVersioned* m) {
+    if (m->version.major != DLPACK_MAJOR_VERSION) {
+        PyErr_Format(PyExc_BufferError,
+                     "DLPack capsule has version %u.%u; major version %d (ABI %d.%d) is read here. "
+                     "Its deleter was called.",
+                     (unsigned)m->version.major, (unsigned)m->version.minor, DLPACK_MAJOR_VERSION,
+                     DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION);
+        return -1;
+    }
+    return 0;
+}
+
+/* Every rule a managed tensor (DLManagedTensorVersioned* when `versioned`,
+ * else DLManagedTensor*) must meet: the version, then dlpack_check_tensor.
+ * The caller owns it and runs its deleter on failure. */
+static inline int dlpack_check_managed(void* managed, int versioned) {
+    DLManagedTensorVersioned* mv;
+    if (!versioned) return dlpack_check_tensor(&((DLManagedTensor*)managed)->dl_tensor, 0, 1);
+    mv = (DLManagedTensorVersioned*)managed;
+    if (dlpack_check_version(mv) < 0) return -1;
+    return dlpack_check_tensor(&mv->dl_tensor, mv->flags, mv->version.minor < 2);
+}
+
+/* --- export: the one allocation, its deleters and capsule destructors ------
+ * Exports are made with the GIL held, so the block comes from pymalloc:
+ * the managed struct, then shape and strides (2 * ndim int64). */
+
+static inline int dlpack_ref_api_is_finalizing(void) {
+#if PY_VERSION_HEX >= 0x030D0000
+    return Py_IsFinalizing();
+#else
+    return _Py_IsFinalizing();
+#endif
+}
+
+/* Drop the owner and free the block of an export. A deleter can run on a
+ * thread without the GIL, or after the interpreter has finalized; in the last
+ * case touching Python would crash, so both are leaked: the process is
+ * ending and the OS reclaims the memory. */
+static inline void dlpack_ref_api_release_block(PyObject* owner, void* block) {
+    PyGILState_STATE st;
+    if (!Py_IsInitialized()) return;
+    if (PyGILState_Check()) { Py_XDECREF(owner); PyMem_Free(block); return; }
+    if (dlpack_ref_api_is_finalizing()) return;
+    st = PyGILState_Ensure();
+    Py_XDECREF(owner);
+    PyMem_Free(block);
+    PyGILState_Release(st);
+}
+
+static inline void dlpack_ref_api_delete_versioned(DLManagedTensorVersioned* self) {
+    dlpack_ref_api_release_block((PyObject*)self->manager_ctx, self);
+}
+
+static inline void dlpack_ref_api_delete_legacy(DLManagedTensor* self) {
+    dlpack_ref_api_release_block((PyObject*)self->manager_ctx, self);
+}
+
+/* An unconsumed capsule still owns its tensor; a consumer renames it.
+ * Whoever destroys a capsule holds the GIL, so a block of ours is released
+ * right here; a foreign deleter is called as it is. Deleters are compared by
+ * address: each translation unit (each vendoring library) has its own copy
+ * of the inline deleters, and releases the others' blocks through their
+ * deleter, which is just as right. */
+#define DLPACK_REF_PRIV_DESTROY(Managed, own_deleter, capsule_name)   \
+    const char* name = PyCapsule_GetName(capsule);                    \
+    Managed* m;                                                       \
+    if (name == NULL || strcmp(name, capsule_name) != 0) {            \
+        PyErr_Clear();                                                \
+        return;                                                       \
+    }                                                                 \
+    m = (Managed*)PyCapsule_GetPointer(capsule, name);                \
+    if (m->deleter == own_deleter) {                                  \
+        Py_XDECREF((PyObject*)m->manager_ctx);                        \
+        PyMem_Free(m);                                                \
+    } else if (m->deleter) {                                          \
+        m->deleter(m);                                                \
+    }
+
+static inline void dlpack_ref_api_destroy_versioned(PyObject* capsule) {
+    DLPACK_REF_PRIV_DESTROY(DLManagedTensorVersioned, dlpack_ref_api_delete_versioned, DLPACK_REF_CAPSULE_VERSIONED)
+}
+
+static inline void dlpack_ref_api_destroy_legacy(PyObject* capsule) {
+    DLPACK_REF_PRIV_DESTROY(DLManagedTensor, dlpack_ref_api_delete_legacy, DLPACK_REF_CAPSULE_LEGACY)
+}
+
+/* t's metadata into `into`, shape and strides into `storage` (2 * ndim int64
+ * right after the managed struct); NULL strides become row-major. */
+static inline void dlpack_ref_api_fill(DLTensor* into, const DLTensor* t, int64_t* storage) {
+    int32_t i;
+    int64_t s = 1;
+    *into = *t;
+    into->shape = storage;
+    into->strides = storage + t->ndim;
+    if (t->ndim == 0) return;
+    memcpy(storage, t->shape, (size_t)t->ndim * sizeof(int64_t));
+    if (t->strides != NULL) {
+        memcpy(storage + t->ndim, t->strides, (size_t)t->ndim * sizeof(int64_t));
+        return;
+    }
+    for (i = t->ndim - 1; i >= 0; --i) {
+        storage[t->ndim + i] = s;
+        s *= t->shape[i] > 0 ? t->shape[i] : 1;
+    }
+}
+
+/* The block of a versioned export owning one reference to `owner`. */
+static inline DLManagedTensorVersioned* dlpack_ref_api_versioned_block(const DLTensor* t, PyObject* owner,
+                                                                       uint64_t flags) {
+    DLManagedTensorVersioned* m = (DLManagedTensorVersioned*)PyMem_Malloc(
+        sizeof(DLManagedTensorVersioned) + 2 * (size_t)t->ndim * sizeof(int64_t));
+    if (m == NULL) { PyErr_NoMemory(); return NULL; }
+    m->version.major = DLPACK_MAJOR_VERSION;
+    m->version.minor = DLPACK_MINOR_VERSION;
+    m->flags = flags;
+    dlpack_ref_api_fill(&m->dl_tensor, t, (int64_t*)(m + 1));
+    Py_INCREF(owner);
+    m->manager_ctx = owner;
+    m->deleter = dlpack_ref_api_delete_versioned;
+    return m;
+}
+
+/* A capsule owning an existing managed tensor (deleted if that fails). */
+static inline PyObject* dlpack_ref_api_wrap_versioned(DLManagedTensorVersioned* m) {
+    PyObject* capsule = PyCapsule_New(m, DLPACK_REF_CAPSULE_VERSIONED, dlpack_ref_api_destroy_versioned);
+    if (capsule == NULL && m->deleter) DLPACK_REF_PRIV_KEEP_ERROR(m->deleter(m));
+    return capsule;
+}
+
+static inline PyObject* dlpack_ref_api_wrap_legacy(DLManagedTensor* m) {
+    PyObject* capsule = PyCapsule_New(m, DLPACK_REF_CAPSULE_LEGACY, dlpack_ref_api_destroy_legacy);
+    if (capsule == NULL && m->deleter) DLPACK_REF_PRIV_KEEP_ERROR(m->deleter(m));
+    return capsule;
+}
+
+static inline PyObject* dlpack_ref_api_new_versioned(const DLTensor* t, PyObject* owner, uint64_t flags) {
+    DLManagedTensorVersioned* m = dlpack_ref_api_versioned_block(t, owner, flags);
+    return m == NULL ? NULL : dlpack_ref_api_wrap_versioned(m);
+}
+
+static inline PyObject* dlpack_ref_api_new_legacy(const DLTensor* t, PyObject* owner) {
+    DLManagedTensor* m = (DLManagedTensor*)PyMem_Malloc(sizeof(DLManagedTensor)
+                                                        + 2 * (size_t)t->ndim * sizeof(int64_t));
+    if (m == NULL) return PyErr_NoMemory();
+    dlpack_ref_api_fill(&m->dl_tensor, t, (int64_t*)(m + 1));
+    Py_INCREF(owner);
+    m->manager_ctx = owner;
+    m->deleter = dlpack_ref_api_delete_legacy;
+    return dlpack_ref_api_wrap_legacy(m);
+}
+
+/* What an exporter must describe: a ValueError (a caller's bug, not a
+ * DLPack refusal) for an ndim out of range or a missing shape. */
+static inline int dlpack_ref_priv_check_export(const DLTensor* t) {
+    if (t->ndim < 0 || t->ndim > DLPACK_REF_MAX_NDIM) {
+        PyErr_Format(PyExc_ValueError, "DLTensor.ndim=%d is out of range 0..%d", (int)t->ndim,
+                     DLPACK_REF_MAX_NDIM);
+        return -1;
+    }
+    if (t->ndim > 0 && t->shape == NULL) {
+        PyErr_Format(PyExc_ValueError, "DLTensor.shape is NULL with ndim=%d", (int)t->ndim);
+        return -1;
+    }
+    return 0;
+}
+
+/* A `dltensor_versioned` capsule (version 1.3, `flags`) describing
+ * `tensor`; its shape/strides are copied (NULL strides become row-major),
+ * `owner` is kept alive until the consumer's deleter call. */
+static inline PyObject* dlpack_ref_export_versioned(const DLTensor* tensor, PyObject* owner, uint64_t flags) {
+    if (dlpack_ref_priv_check_export(tensor) < 0) return NULL;
+    return dlpack_ref_api_new_versioned(tensor, owner, flags);
+}
+
+/* A legacy `dltensor` capsule (for consumers older than DLPack 1.0). */
+static inline PyObject* dlpack_ref_export_legacy(const DLTensor* tensor, PyObject* owner) {
+    if (dlpack_ref_priv_check_export(tensor) < 0) return NULL;
+    return dlpack_ref_api_new_legacy(tensor, owner);
+}
+
+/* --- import: capsule or producer -> owned tensor --------------------------- */
+
+/* Run the deleter of a taken tensor (once: the holder is cleared). Needs no
+ * GIL of its own; the deleter takes what it needs. */
+static inline void dlpack_ref_release(DLPackRefTensor* t) {
+    if (t->managed == NULL) return;
+    if (t->versioned) {
+        DLManagedTensorVersioned* mv = (DLManagedTensorVersioned*)t->managed;
+        if (mv->deleter != NULL) mv->deleter(mv);
+    } else {
+        DLManagedTensor* ml = (DLManagedTensor*)t->managed;
+        if (ml->deleter != NULL) ml->deleter(ml);
+    }
+    t->managed = NULL;
+    t->dl_tensor = NULL;
+}
+
+/* Own `managed` and check it with dlpack_check_managed. On failure its
+ * deleter has run once and the error is set; `out` is filled only on
+ * success. */
+static inline int dlpack_ref_adopt(void* managed, int versioned, DLPackRefTensor* out) {
+    DLPackRefTensor t;
+    t.managed = managed;
+    t.versioned = versioned;
+    if (versioned) {
+        t.dl_tensor = &((DLManagedTensorVersioned*)managed)->dl_tensor;
+        t.flags = ((DLManagedTensorVersioned*)managed)->flags;
+    } else {
+        t.dl_tensor = &((DLManagedTensor*)managed)->dl_tensor;
+        t.flags = 0;
+    }
+    if (dlpack_check_managed(managed, versioned) < 0) {
+        DLPACK_REF_PRIV_KEEP_ERROR(dlpack_ref_release(&t));
+        return -1;
+    }
+    *out = t;
+    return 0;
+}
+
+/* The managed tensor of an unconsumed `dltensor_versioned` or `dltensor`
+ * capsule, which is renamed `used_*`: from here on the caller owns the
+ * tensor (and runs its deleter). `*versioned` tells which struct it is.
+ * NULL with TypeError (not a capsule) or BufferError (consumed, or not a
+ * DLPack capsule). */
+static inline void* dlpack_ref_claim(PyObject* capsule, int* versioned) {
+    const char* name = NULL;
+    void* managed = NULL;
+    PyObject* shown;
+    if (!PyCapsule_CheckExact(capsule)) {
+        PyObject* tn = dlpack_ref_priv_type_name(capsule);
+        if (tn != NULL) {
+            PyErr_Format(PyExc_TypeError, "expected a DLPack capsule, not %U", tn);
+            Py_DECREF(tn);
+        }
+        return NULL;
+    }
+    /* Read and rename under the capsule's critical section: without the GIL
+       two threads could both read the unused name and both take the tensor
+       (two owners, the deleter called twice). It serializes the consumers
+       that lock the capsule (this header, so dlpack-ref and every library
+       that vendors it); a library that renames without locking races with
+       them (docs/guarantees.md, Free threading). */
+    DLPACK_REF_BEGIN_CRITICAL_SECTION(capsule);
+    name = PyCapsule_GetName(capsule);
+    if (name != NULL && strcmp(name, DLPACK_REF_CAPSULE_VERSIONED) == 0) {
+        /* Its own name pointer: CPython compares pointers first, so the name
+           is not compared a second time. */
+        managed = PyCapsule_GetPointer(capsule, name);
+        PyCapsule_SetName(capsule, DLPACK_REF_CAPSULE_USED_VERSIONED);
+        *versioned = 1;
+    } else if (name != NULL && strcmp(name, DLPACK_REF_CAPSULE_LEGACY) == 0) {
+        managed = PyCapsule_GetPointer(capsule, DLPACK_REF_CAPSULE_LEGACY);
+        PyCapsule_SetName(capsule, DLPACK_REF_CAPSULE_USED_LEGACY);
+        *versioned = 0;
+    }
+    DLPACK_REF_END_CRITICAL_SECTION();
+    if (managed != NULL) return managed;
+    if (name != NULL && (strcmp(name, DLPACK_REF_CAPSULE_USED_VERSIONED) == 0
+                         || strcmp(name, DLPACK_REF_CAPSULE_USED_LEGACY) == 0)) {
+        PyErr_Format(PyExc_BufferError,
+                     "this DLPack capsule was already consumed (it is named '%s'); a capsule can be "
+                     "imported once", name);
+        return NULL;
+    }
+    if (name == NULL) {
+        shown = PyUnicode_FromString("NULL");
+    } else {
+        PyObject* decoded = PyUnicode_DecodeUTF8(name, (Py_ssize_t)strlen(name), "replace");
+        shown = decoded == NULL ? NULL : PyObject_Repr(decoded);
+        Py_XDECREF(decoded);
+    }
+    if (shown == NULL) return NULL;
+    PyErr_Format(PyExc_BufferError, "a capsule named %U is not a DLPack capsule; expected '%s' or '%s'", shown,
+                 DLPACK_REF_CAPSULE_VERSIONED, DLPACK_REF_CAPSULE_LEGACY);
+    Py_DECREF(shown);
+    return NULL;
+}
+
+/* Take ownership of the tensor of a `dltensor_versioned` or `dltensor`
+ * capsule (dlpack_ref_claim) and check it (dlpack_ref_adopt). Whether this
+ * library can hold memory of the tensor's device is the caller's to
+ * decide. */
+static inline int dlpack_ref_take(PyObject* capsule, DLPackRefTensor* out) {
+    int versioned = 0;
+    void* managed = dlpack_ref_claim(capsule, &versioned);
+    if (managed == NULL) return -1;
+    return dlpack_ref_adopt(managed, versioned, out);
+}
+
+/* Whether a class of tp's MRO defines `__dlpack__` before (below) the one
+ * that publishes `__dlpack_c_exchange_api__`: 1 or 0, -1 with an error. */
+static inline int dlpack_ref_priv_dunder_overridden(PyObject* tp) {
+    PyObject *mro, *it, *cls;
+    PyObject* api_key = PyUnicode_FromString("__dlpack_c_exchange_api__");
+    PyObject* dunder_key = PyUnicode_FromString("__dlpack__");
+    int result = 0;
+    if (api_key == NULL || dunder_key == NULL) { result = -1; goto done; }
+    mro = PyObject_GetAttrString(tp, "__mro__");
+    if (mro == NULL) {
+        if (PyErr_ExceptionMatches(PyExc_AttributeError)) PyErr_Clear(); else result = -1;
+        goto done;
+    }
+    it = PyObject_GetIter(mro);
+    Py_DECREF(mro);
+    if (it == NULL) { result = -1; goto done; }
+    while ((cls = PyIter_Next(it)) != NULL) {
+        int has_api, has_dunder = 0;
+        PyObject* ns = PyObject_GetAttrString(cls, "__dict__");
+        Py_DECREF(cls);
+        if (ns == NULL) {
+            if (!PyErr_ExceptionMatches(PyExc_AttributeError)) { result = -1; break; }
+            PyErr_Clear();
+            continue;
+        }
+        if (ns == Py_None) { Py_DECREF(ns); continue; }
+        has_api = PySequence_Contains(ns, api_key);
+        if (has_api == 0) has_dunder = PySequence_Contains(ns, dunder_key);
+        Py_DECREF(ns);
+        if (has_api < 0 || has_dunder < 0) { result = -1; break; }
+        if (has_api) break;
+        if (has_dunder) { result = 1; break; }
+    }
+    Py_DECREF(it);
+    if (result == 0 && PyErr_Occurred()) result = -1;
+done:
+    Py_XDECREF(api_key);
+    Py_XDECREF(dunder_key);
+    return result;
+}
+
+/* The DLPack 1.x exchange table a type publishes as
+ * `__dlpack_c_exchange_api__` (following `prev_api` from another major
+ * version, at most DLPACK_REF_MAX_API_CHAIN links: a longer chain is taken as
+ * a cycle), or NULL when it has none usable. Any Exception reading the
+ * attribute also means "none" (cleared): the caller falls back to
+ * `__dlpack__`; NULL with an error set only for a BaseException such as
+ * KeyboardInterrupt. The table stands in for `__dlpack__`, so it is not used
+ * when a class below the one that publishes it in `tp.__mro__` defines
+ * `__dlpack__`: a subclass that overrides `__dlpack__` gets its override
+ * called. Not cached: callers on a hot path keep the result per type. */
+static inline const DLPackExchangeAPI* dlpack_ref_exchange_api(PyObject* tp) {
+    const DLPackExchangeAPIHeader* header;
+    int links = 0, overridden;
+    PyObject* cap = PyObject_GetAttrString(tp, "__dlpack_c_exchange_api__");
+    if (cap == NULL) goto failed;
+    overridden = dlpack_ref_priv_dunder_overridden(tp);
+    if (overridden != 0) {
+        Py_DECREF(cap);
+        if (overridden < 0) goto failed;
+        return NULL;
+    }
+    if (!PyCapsule_IsValid(cap, DLPACK_REF_CAPSULE_EXCHANGE_API)) { Py_DECREF(cap); return NULL; }
+    /* The table is static data of its library; the type keeps the capsule,
+       and the library, alive. */
+    header = (const DLPackExchangeAPIHeader*)PyCapsule_GetPointer(cap, DLPACK_REF_CAPSULE_EXCHANGE_API);
+    Py_DECREF(cap);
+    while (header != NULL && header->version.major != DLPACK_MAJOR_VERSION) {
+        if (++links > DLPACK_REF_MAX_API_CHAIN) return NULL;
+        header = header->prev_api;
+    }
+    if (header == NULL || ((const DLPackExchangeAPI*)header)->managed_tensor_from_py_object_no_sync == NULL)
+        return NULL;
+    return (const DLPackExchangeAPI*)header;
+failed:
+    if (PyErr_ExceptionMatches(PyExc_Exception)) PyErr_Clear();
+    return NULL;
+}
+
+/* A TypeError naming what from_dlpack accepts (returns -1). */
+static inline int dlpack_ref_priv_not_producer(PyObject* obj) {
+    PyObject* tn = dlpack_ref_priv_type_name(obj);
+    if (tn != NULL) {
+        PyErr_Format(PyExc_TypeError, "expected a DLPack producer or capsule, not %U", tn);
+        Py_DECREF(tn);
+    }
+    return -1;
+}
+
+/* Take the tensor of any DLPack producer or capsule, zero-copy, with no
+ * synchronization asked for (CPU data, or data whose stream ordering the
+ * caller handles). The exchange table of obj's type is used when it has one,
+ * else `obj.__dlpack__(max_version=(1, 3))` (`obj.__dlpack__()` for
+ * producers older than 1.0, which raise TypeError). */
+static inline int dlpack_ref_import(PyObject* obj, DLPackRefTensor* out) {
+    const DLPackExchangeAPI* api;
+    DLManagedTensorVersioned* m = NULL;
+    PyObject *capsule, *method, *kwargs, *version, *empty;
+    int r;
+    if (PyCapsule_CheckExact(obj)) return dlpack_ref_take(obj, out);
+    api = dlpack_ref_exchange_api((PyObject*)Py_TYPE(obj));
+    if (api == NULL && PyErr_Occurred()) return -1;
+    if (api != NULL) {
+        api->managed_tensor_from_py_object_no_sync((void*)obj, &m);
+        if (m == NULL) {
+            if (!PyErr_Occurred()) {
+                PyObject* tn = dlpack_ref_priv_type_name(obj);
+                if (tn == NULL) return -1;
+                PyErr_Format(PyExc_BufferError, "%U's DLPack exchange API returned no tensor and no error", tn);
+                Py_DECREF(tn);
+            }
+            return -1;
+        }
+        return dlpack_ref_adopt(m, 1, out);
+    }
+    method = PyObject_GetAttrString(obj, "__dlpack__");
+    if (method == NULL) {
+        if (PyErr_ExceptionMatches(PyExc_AttributeError)) {
+            PyErr_Clear();
+            return dlpack_ref_priv_not_producer(obj);
+        }
+        return -1;
+    }
+    version = Py_BuildValue("(ii)", DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION);
+    kwargs = version == NULL ? NULL : Py_BuildValue("{sO}", "max_version", version);
+    Py_XDECREF(version);
+    empty = kwargs == NULL ? NULL : PyTuple_New(0);
+    capsule = empty == NULL ? NULL : PyObject_Call(method, empty, kwargs);
+    Py_XDECREF(empty);
+    Py_XDECREF(kwargs);
+    if (capsule == NULL && PyErr_ExceptionMatches(PyExc_TypeError)) {
+        /* A producer older than DLPack 1.0 rejects max_version. */
+        PyErr_Clear();
+        capsule = PyObject_CallNoArgs(method);
+    }
+    Py_DECREF(method);
+    if (capsule == NULL) return -1;
+    r = dlpack_ref_take(capsule, out);
+    Py_DECREF(capsule);
+    return r;
+}
+
+/* --- dlpack_ref.Array, through its exchange table ----------------------------
+ * The only two calls that need dlpack-ref installed; they use the standard
+ * exchange table of its Array type, no private symbol. */
+
+static inline const DLPackExchangeAPI* dlpack_ref_priv_array_api(void) {
+    const DLPackExchangeAPI* api;
+    PyObject* array_type;
+    PyObject* module = PyImport_ImportModule("dlpack_ref");
+    if (module == NULL) return NULL;
+    array_type = PyObject_GetAttrString(module, "Array");
+    Py_DECREF(module);
+    if (array_type == NULL) return NULL;
+    api = dlpack_ref_exchange_api(array_type);
+    Py_DECREF(array_type);
+    if (api == NULL && !PyErr_Occurred())
+        PyErr_SetString(PyExc_ImportError, "dlpack_ref.Array publishes no usable DLPack exchange API");
+    return api;
+}
+
+/* A `dlpack_ref.Array` owning the taken tensor `t` (zero-copy; `t` is
+ * emptied: the Array runs the deleter). Needs dlpack-ref installed. */
+static inline PyObject* dlpack_ref_to_array(DLPackRefTensor* t) {
+    const DLPackExchangeAPI* api = dlpack_ref_priv_array_api();
+    void* out = NULL;
+    DLManagedTensorVersioned* m;
+    if (api == NULL) return NULL;
+    if (t->managed == NULL) {
+        PyErr_SetString(PyExc_ValueError, "this DLPackRefTensor holds no tensor (released or moved)");
+        return NULL;
+    }
+    if (!t->versioned) {
+        /* The table takes versioned tensors only; a legacy one goes through a
+           capsule, which dlpack-ref reads as well. */
+        PyObject *capsule, *module, *array;
+        capsule = dlpack_ref_api_wrap_legacy((DLManagedTensor*)t->managed);
+        t->managed = NULL;
+        t->dl_tensor = NULL;
+        if (capsule == NULL) return NULL;
+        module = PyImport_ImportModule("dlpack_ref");
+        array = module == NULL ? NULL : PyObject_CallMethod(module, "from_dlpack", "O", capsule);
+        Py_XDECREF(module);
+        Py_DECREF(capsule);
+        return array;
+    }
+    m = (DLManagedTensorVersioned*)t->managed;
+    t->managed = NULL;
+    t->dl_tensor = NULL;
+    if (api->managed_tensor_to_py_object_no_sync(m, &out) != 0) return NULL;   /* owns m from here on */
+    return (PyObject*)out;
+}
+
+/* Borrow the DLTensor of a `dlpack_ref.Array` (no allocation, valid while the
+ * Array lives) through its table. */
+static inline int dlpack_ref_view(PyObject* array, DLTensor* out) {
+    const DLPackExchangeAPI* api = dlpack_ref_priv_array_api();
+    if (api == NULL) return -1;
+    return api->dltensor_from_py_object_no_sync((void*)array, out);
+}
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* DLPACK_REF_H */

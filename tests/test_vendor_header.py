@@ -1,0 +1,93 @@
+"""include/dlpack_ref.h, the vendorable protocol in C, compiles on its own as
+C99 and as C++17 with every warning an error, from nothing but the files a
+vendoring library copies (dlpack.h, dlpack_ref.h, dlpack_ref_tables.h) and
+Python.h; and the core and the shipped copy are that very header."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+import dlpack_ref
+
+ROOT = Path(__file__).resolve().parents[1]
+VENDORED = ("dlpack.h", "dlpack_ref.h", "dlpack_ref_tables.h")
+
+# Every function of the header referenced, so that an unused-function or
+# a C++-only error in any of them cannot hide behind `static inline`.
+PROBE = r"""
+#include <Python.h>
+#include "dlpack_ref.h"
+
+typedef void (*any_fn)(void);
+any_fn dlref_probe_table[] = {
+    (any_fn)dlpack_ref_storage_bits, (any_fn)dlpack_ref_nbytes, (any_fn)dlpack_ref_element_count,
+    (any_fn)dlpack_ref_span, (any_fn)dlpack_check_ndim, (any_fn)dlpack_check_dtype,
+    (any_fn)dlpack_check_device, (any_fn)dlpack_check_shape, (any_fn)dlpack_check_strides,
+    (any_fn)dlpack_check_extents, (any_fn)dlpack_check_span, (any_fn)dlpack_check_data,
+    (any_fn)dlpack_check_byte_offset, (any_fn)dlpack_check_tensor, (any_fn)dlpack_check_version,
+    (any_fn)dlpack_check_managed, (any_fn)dlpack_ref_api_release_block,
+    (any_fn)dlpack_ref_api_delete_versioned, (any_fn)dlpack_ref_api_delete_legacy,
+    (any_fn)dlpack_ref_api_destroy_versioned, (any_fn)dlpack_ref_api_destroy_legacy,
+    (any_fn)dlpack_ref_api_versioned_block, (any_fn)dlpack_ref_api_new_versioned,
+    (any_fn)dlpack_ref_api_new_legacy, (any_fn)dlpack_ref_export_versioned, (any_fn)dlpack_ref_export_legacy,
+    (any_fn)dlpack_ref_release, (any_fn)dlpack_ref_adopt, (any_fn)dlpack_ref_claim, (any_fn)dlpack_ref_take,
+    (any_fn)dlpack_ref_exchange_api, (any_fn)dlpack_ref_import, (any_fn)dlpack_ref_to_array,
+    (any_fn)dlpack_ref_view,
+};
+"""
+
+
+@pytest.fixture(scope="module")
+def vendored(tmp_path_factory):
+    """A folder holding only the vendored files, as an adopter's tree would."""
+    folder = tmp_path_factory.mktemp("vendored")
+    for name in VENDORED:
+        shutil.copy(Path(dlpack_ref.get_include(), name), folder / name)
+    return folder
+
+
+@pytest.mark.parametrize("compiler, std, suffix", [("gcc", "-std=c99", ".c"), ("g++", "-std=c++17", ".cpp")])
+def test_the_header_compiles_alone_with_every_warning_an_error(tmp_path, vendored, compiler, std, suffix):
+    if shutil.which(compiler) is None:
+        pytest.skip(f"no {compiler}")
+    source = tmp_path / ("probe" + suffix)
+    # C++ forbids casting function pointers to void(*)(void) only with
+    # -Wcast-function-type, which is in -Wextra: a reinterpret is the point.
+    source.write_text(PROBE)
+    # Python.h comes in as a system header: its own pedantic warnings (which
+    # vary by CPython version) are not this header's.
+    cmd = [compiler, std, "-Wall", "-Wextra", "-Werror", "-pedantic", "-Wno-cast-function-type",
+           "-isystem", sysconfig.get_paths()["include"], f"-I{vendored}", "-c", str(source),
+           "-o", str(tmp_path / "probe.o")]
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-4000:]
+
+
+def test_the_header_needs_nothing_but_the_vendored_files(tmp_path, vendored):
+    # Without the generated tables beside it the header does not compile:
+    # the three files are the whole set, and the tables one of them.
+    partial = tmp_path / "partial"
+    partial.mkdir()
+    for name in ("dlpack.h", "dlpack_ref.h"):
+        shutil.copy(vendored / name, partial / name)
+    (tmp_path / "probe.c").write_text(PROBE)
+    out = subprocess.run(["gcc", "-std=c99", "-isystem", sysconfig.get_paths()["include"], f"-I{partial}",
+                          "-c", str(tmp_path / "probe.c"), "-o", str(tmp_path / "probe.o")],
+                         capture_output=True, text=True)
+    assert out.returncode != 0 and "dlpack_ref_tables.h" in out.stderr
+
+
+def test_the_cython_api_declares_the_header_and_writes_no_rule_of_its_own():
+    pxd = (ROOT / "src" / "dlpack_ref_api.pxd").read_text()
+    # No Cython function bodies and no verbatim C: declarations only.
+    assert "cdef inline" not in pxd and '"""' not in pxd, "dlpack_ref_api.pxd writes code; put it in dlpack_ref.h"
+    assert 'cdef extern from "dlpack_ref.h"' in pxd
+    for name in ("dlpack_check_tensor", "dlpack_ref_claim", "dlpack_ref_api_versioned_block",
+                 "dlpack_ref_import", "dlpack_ref_exchange_api"):
+        assert f"{name}(" in (ROOT / "include" / "dlpack_ref.h").read_text()
+        assert f"{name}(" in pxd
