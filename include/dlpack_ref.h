@@ -400,10 +400,7 @@ static inline void dlpack_ref_api_delete_legacy(DLManagedTensor* self) {
 #define DLPACK_REF_PRIV_DESTROY(Managed, own_deleter, capsule_name)   \
     const char* name = PyCapsule_GetName(capsule);                    \
     Managed* m;                                                       \
-    if (name == NULL || strcmp(name, capsule_name) != 0) {            \
-        PyErr_Clear();                                                \
-        return;                                                       \
-    }                                                                 \
+    if (name == NULL || strcmp(name, capsule_name) != 0) return;      \
     m = (Managed*)PyCapsule_GetPointer(capsule, name);                \
     if (m->deleter == own_deleter) {                                  \
         Py_XDECREF((PyObject*)m->manager_ctx);                        \
@@ -763,6 +760,423 @@ static inline int dlpack_ref_import(PyObject* obj, DLPackRefTensor* out) {
     r = dlpack_ref_take(capsule, out);
     Py_DECREF(capsule);
     return r;
+}
+
+/* --- devices and arguments of the producer protocol ------------------------- */
+
+/* Whether code on `dev` can use memory on `mem` in place, without a copy:
+ * the one in-place access table (docs/semantics.md prints it). */
+static inline int dlpack_ref_can_access(DLDevice dev, DLDevice mem) {
+    int32_t d = (int32_t)dev.device_type, m = (int32_t)mem.device_type;
+    if (d == m && (dev.device_id == mem.device_id || d == kDLCPU)) return 1;
+    if (m == kDLCUDAHost) return d == kDLCPU || d == kDLCUDA || d == kDLCUDAHost;
+    if (m == kDLCUDAManaged) return d == kDLCPU || d == kDLCUDA || d == kDLCUDAManaged;
+    if (m == kDLROCMHost) return d == kDLCPU || d == kDLROCM || d == kDLROCMHost;
+    return 0;
+}
+
+/* "cpu:0", "cuda:1", ...: a device as dlpack_ref.Device prints it (new
+ * reference, NULL with an error set). */
+static inline PyObject* dlpack_ref_device_str(DLDevice dev) {
+    char lower[32];
+    size_t i;
+    const char* name = dlpack_ref_device_type_name((int32_t)dev.device_type);
+    if (name == NULL) return PyUnicode_FromFormat("%d:%d", (int)dev.device_type, (int)dev.device_id);
+    for (i = 0; name[i] != '\0' && i + 1 < sizeof lower; ++i)
+        lower[i] = (char)(name[i] >= 'A' && name[i] <= 'Z' ? name[i] - 'A' + 'a' : name[i]);
+    lower[i] = '\0';
+    return PyUnicode_FromFormat("%s:%d", lower, (int)dev.device_id);
+}
+
+/* Whether a `max_version` argument asks for a versioned capsule: 0 for None
+ * or a major below 1, 1 for (1, x) and above, -1 with a TypeError for
+ * anything but None or a (major, minor) tuple of ints (bool is no int here). */
+static inline int dlpack_ref_wants_versioned(PyObject* max_version) {
+    PyObject *major, *minor;
+    long long v;
+    int overflow = 0;
+    if (max_version == Py_None) return 0;
+    if (!PyTuple_CheckExact(max_version) || PyTuple_GET_SIZE(max_version) != 2) goto bad;
+    major = PyTuple_GET_ITEM(max_version, 0);
+    minor = PyTuple_GET_ITEM(max_version, 1);
+    if (!PyLong_Check(major) || PyBool_Check(major) || !PyLong_Check(minor) || PyBool_Check(minor)) goto bad;
+    v = PyLong_AsLongLongAndOverflow(major, &overflow);
+    if (v == -1 && PyErr_Occurred()) return -1;
+    return overflow > 0 || (overflow == 0 && v >= 1);
+bad:
+    PyErr_Format(PyExc_TypeError, "max_version must be None or a (major, minor) tuple of ints, not %R", max_version);
+    return -1;
+}
+
+/* `copy` is True, False or None: 0, or -1 with a TypeError. */
+static inline int dlpack_ref_check_copy_arg(PyObject* copy) {
+    if (copy == Py_None || copy == Py_True || copy == Py_False) return 0;
+    PyErr_Format(PyExc_TypeError, "copy must be True, False or None, not %R", copy);
+    return -1;
+}
+
+/* A `dl_device` argument: a (device_type, device_id) tuple of ints (IntEnum
+ * members count, bool does not) naming a DLPack 1.3 device. TypeError for
+ * another shape, ValueError for an unknown type or a negative id. */
+static inline int dlpack_ref_parse_dl_device(PyObject* obj, DLDevice* out) {
+    PyObject *t, *i;
+    long long tv, iv;
+    int o1 = 0, o2 = 0;
+    if (!PyTuple_Check(obj) || PyTuple_GET_SIZE(obj) != 2) goto bad;
+    t = PyTuple_GET_ITEM(obj, 0);
+    i = PyTuple_GET_ITEM(obj, 1);
+    if (!PyLong_Check(t) || PyBool_Check(t) || !PyLong_Check(i) || PyBool_Check(i)) goto bad;
+    tv = PyLong_AsLongLongAndOverflow(t, &o1);
+    iv = PyLong_AsLongLongAndOverflow(i, &o2);
+    if (PyErr_Occurred()) return -1;
+    if (o1 || tv < 1 || tv > 0x7FFFFFFF || !dlpack_ref_device_type_known((int32_t)tv)) {
+        PyErr_Format(PyExc_ValueError, "dl_device=%R has a device type that DLPack 1.3 does not define; defined: %s",
+                     obj, DLPACK_REF_DEVICE_TYPES_ACCEPTED);
+        return -1;
+    }
+    if (o2 || iv < 0 || iv > 0x7FFFFFFF) {
+        PyErr_Format(PyExc_ValueError, "dl_device=%R has a device id that is not a non-negative int32", obj);
+        return -1;
+    }
+    out->device_type = (DLDeviceType)tv;
+    out->device_id = (int32_t)iv;
+    return 0;
+bad:
+    PyErr_Format(PyExc_TypeError, "dl_device must be None or a (device_type, device_id) tuple of ints, not %R", obj);
+    return -1;
+}
+
+/* The stream rule: the value a DLPack `stream` argument names for memory on
+ * `device` (of the CUDA family when `cuda_memory`), into *out: 1 for None
+ * (the legacy default stream), -1 (do not synchronize) as is, else 1, 2 or a
+ * handle > 2; an object with `__cuda_stream__` stands for its handle (0 from
+ * the protocol is the legacy default). 0 is ambiguous (ValueError); CPU and
+ * other stream-less memory accept only None. `owner` names the array in
+ * messages. python/dlpack_ref/_streams.py is the same rule for the core's
+ * CUDA layer, which is Python; tests/test_vendor_header.py holds the two to
+ * the same answers. */
+static inline int dlpack_ref_stream_value(PyObject* stream, int cuda_memory, DLDevice device, PyObject* owner,
+                                          int64_t* out) {
+    PyObject *proto, *info, *tn, *where;
+    long long v;
+    int overflow = 0;
+    if (stream == Py_None) { *out = 1; return 0; }
+    if (!cuda_memory) {
+        int has_proto = PyObject_HasAttrString(stream, "__cuda_stream__");
+        if (PyLong_Check(stream) || has_proto) {
+            tn = dlpack_ref_priv_type_name(owner);
+            where = tn == NULL ? NULL : dlpack_ref_device_str(device);
+            if (where != NULL)
+                PyErr_Format(PyExc_ValueError,
+                             "stream=%R was passed for an %U on %U; only stream=None is accepted for CPU memory",
+                             stream, tn, where);
+            Py_XDECREF(tn);
+            Py_XDECREF(where);
+            return -1;
+        }
+        tn = dlpack_ref_priv_type_name(stream);
+        if (tn != NULL) {
+            PyErr_Format(PyExc_TypeError, "stream must be None for CPU memory, not %U", tn);
+            Py_DECREF(tn);
+        }
+        return -1;
+    }
+    if (PyBool_Check(stream)) {
+        PyErr_SetString(PyExc_TypeError, "stream must be None, an int or an object with __cuda_stream__, not bool");
+        return -1;
+    }
+    if (PyLong_Check(stream)) {
+        v = PyLong_AsLongLongAndOverflow(stream, &overflow);
+        if (v == -1 && PyErr_Occurred()) return -1;
+        if (overflow == 0 && v == 0) {
+            PyErr_SetString(PyExc_ValueError,
+                            "stream=0 is ambiguous and not allowed (use 1 for the legacy default stream, 2 for the "
+                            "per-thread default stream, or a CUstream handle > 2)");
+            return -1;
+        }
+        if (overflow < 0 || (overflow == 0 && v < -1)) {
+            PyErr_Format(PyExc_ValueError,
+                         "stream=%R is not valid: expected None, -1, 1, 2 or a CUstream handle > 2", stream);
+            return -1;
+        }
+        if (overflow > 0) {
+            /* A handle is a pointer: up to 2**64 - 1, kept as its bits. */
+            unsigned long long u = PyLong_AsUnsignedLongLong(stream);
+            if (u == (unsigned long long)-1 && PyErr_Occurred()) return -1;
+            *out = (int64_t)u;
+            return 0;
+        }
+        *out = (int64_t)v;
+        return 0;
+    }
+    proto = PyObject_GetAttrString(stream, "__cuda_stream__");
+    if (proto == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_AttributeError)) return -1;
+        PyErr_Clear();
+        tn = dlpack_ref_priv_type_name(stream);
+        if (tn != NULL) {
+            PyErr_Format(PyExc_TypeError, "stream must be None, an int or an object with __cuda_stream__, not %U", tn);
+            Py_DECREF(tn);
+        }
+        return -1;
+    }
+    info = PyObject_CallNoArgs(proto);
+    Py_DECREF(proto);
+    if (info == NULL) return -1;
+    if (PyTuple_Check(info) && PyTuple_GET_SIZE(info) == 2 && PyLong_Check(PyTuple_GET_ITEM(info, 0))
+            && !PyBool_Check(PyTuple_GET_ITEM(info, 1)) && PyLong_Check(PyTuple_GET_ITEM(info, 1))) {
+        long long version = PyLong_AsLongLongAndOverflow(PyTuple_GET_ITEM(info, 0), &overflow);
+        if (!overflow && version == 0) {
+            unsigned long long handle = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(info, 1));
+            if (!(handle == (unsigned long long)-1 && PyErr_Occurred())) {
+                Py_DECREF(info);
+                *out = handle == 0 ? 1 : (int64_t)handle;
+                return 0;
+            }
+            PyErr_Clear();
+        }
+        PyErr_Clear();
+    }
+    tn = dlpack_ref_priv_type_name(stream);
+    if (tn != NULL) {
+        PyErr_Format(PyExc_ValueError,
+                     "%U.__cuda_stream__() returned %R; expected (0, handle) with an int handle >= 0 (protocol "
+                     "version 0)", tn, info);
+        Py_DECREF(tn);
+    }
+    Py_DECREF(info);
+    return -1;
+}
+
+/* The error a forbidden copy raises: both a BufferError and a ValueError, as
+ * the standard names both. Each library that vendors this header has its
+ * own class, `<module>.CopyForbiddenError` (dlpack-ref registers its public
+ * dlpack_ref.CopyForbiddenError, so that its core raises that one). Borrowed
+ * reference, NULL with an error set. */
+static PyObject* dlpack_ref_priv_copy_forbidden = NULL;
+
+static inline int dlpack_ref_set_copy_forbidden_error(PyObject* cls) {
+    PyObject* old = dlpack_ref_priv_copy_forbidden;
+    Py_INCREF(cls);
+    dlpack_ref_priv_copy_forbidden = cls;
+    Py_XDECREF(old);
+    return 0;
+}
+
+static inline PyObject* dlpack_ref_copy_forbidden_error(void) {
+    if (dlpack_ref_priv_copy_forbidden == NULL) {
+        PyObject* bases = PyTuple_Pack(2, PyExc_BufferError, PyExc_ValueError);
+        PyObject* cls;
+        if (bases == NULL) return NULL;
+        cls = PyErr_NewException("dlpack_ref_vendored.CopyForbiddenError", bases, NULL);
+        Py_DECREF(bases);
+        if (cls == NULL) return NULL;
+        /* Two threads may both get here (free-threaded): the first class
+           stays, the other is dropped; both are the same kind of error. */
+        if (dlpack_ref_priv_copy_forbidden == NULL) dlpack_ref_priv_copy_forbidden = cls;
+        else Py_DECREF(cls);
+    }
+    return dlpack_ref_priv_copy_forbidden;
+}
+
+/* --- the producer protocol: __dlpack__ and __dlpack_device__ ---------------- */
+
+/* What an adopter's array tells the producer call. The callbacks return 0,
+ * or -1 with a Python exception set (which the call propagates). */
+typedef struct dlpack_ref_producer {
+    DLTensor tensor;     /* the memory as it is; strides NULL means row-major */
+    PyObject* owner;     /* kept alive by the capsule until its deleter runs */
+    int read_only;       /* exported with READ_ONLY; refused as legacy */
+    uint64_t flags;      /* more flags, e.g. DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED */
+    void* ctx;           /* handed to the callbacks */
+    /* A copy of `src` usable on `target`, ordered on the consumer's stream
+       (`stream` as passed, None included; `stream_value` as checked): fill
+       *out (its shape and strides need live only until the call returns) and
+       *out_owner (a new reference keeping out's memory alive). A device it
+       cannot copy to: BufferError. NULL: the array cannot be copied. */
+    int (*copy)(void* ctx, const DLTensor* src, DLDevice target, PyObject* stream, int64_t stream_value,
+                DLTensor* out, PyObject** out_owner);
+    /* Make the consumer's stream wait for pending work on the memory. Called
+       for CUDA-family memory exported in place, unless stream is -1. NULL:
+       no work is ever pending. */
+    int (*order)(void* ctx, const DLTensor* t, PyObject* stream, int64_t stream_value);
+} dlpack_ref_producer;
+
+/* The legacy capsule cannot say read-only, nor that sub-byte data is stored
+ * one element per byte: BufferError naming the fix. */
+static inline int dlpack_ref_check_legacy_export(const DLTensor* t, uint64_t flags, PyObject* owner) {
+    PyObject* tn;
+    int read_only = (flags & DLPACK_FLAG_BITMASK_READ_ONLY) != 0;
+    int padded = (int64_t)t->dtype.bits * t->dtype.lanes < 8 && (flags & DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED);
+    if (!read_only && !padded) return 0;
+    tn = dlpack_ref_priv_type_name(owner);
+    if (tn == NULL) return -1;
+    if (read_only)
+        PyErr_Format(PyExc_BufferError,
+                     "a read-only %U cannot be exported as a legacy 'dltensor' capsule (it has no read-only flag); "
+                     "pass max_version=(1, 0) or newer, or copy=True", tn);
+    else {
+        const char* name = dlpack_ref_dtype_name(t->dtype.code, t->dtype.bits, t->dtype.lanes);
+        PyErr_Format(PyExc_BufferError,
+                     "a %s %U stored one element per byte cannot be exported as a legacy 'dltensor' capsule "
+                     "(legacy sub-byte data is packed); pass max_version=(1, 0) or newer",
+                     name ? name : "sub-byte", tn);
+    }
+    Py_DECREF(tn);
+    return -1;
+}
+
+/* The CopyForbiddenError of copy=False when `target` cannot use memory on
+ * `mem` in place (returns -1). */
+static inline int dlpack_ref_refuse_copy(DLDevice mem, DLDevice target, int importing) {
+    PyObject* cls = dlpack_ref_copy_forbidden_error();
+    PyObject *a, *b;
+    if (cls == NULL) return -1;
+    a = dlpack_ref_device_str(mem);
+    b = a == NULL ? NULL : dlpack_ref_device_str(target);
+    if (b != NULL) {
+        if (importing)
+            PyErr_Format(cls, "copy=False, but the data on %U cannot be used on %U without a copy", a, b);
+        else
+            PyErr_Format(cls, "copy=False, but memory on %U cannot be used in place on %U: a copy is needed", a, b);
+    }
+    Py_XDECREF(a);
+    Py_XDECREF(b);
+    return -1;
+}
+
+/* __dlpack__(*, stream=None, max_version=None, dl_device=None, copy=None)
+ * of the array `p` describes, its arguments already unpacked: every argument
+ * checked (TypeError for a wrong type, ValueError for a bad value), a legacy
+ * or a versioned capsule chosen by max_version, a copy made through p->copy
+ * when copy=True or dl_device cannot use the memory in place (IS_COPIED set;
+ * copy=False then raises CopyForbiddenError), the consumer's stream ordered
+ * through p->order otherwise, READ_ONLY set for a read-only array. Returns
+ * the capsule (new reference) or NULL with the error set. */
+static inline PyObject* dlpack_ref_producer_export(const dlpack_ref_producer* p, PyObject* stream,
+                                                   PyObject* max_version, PyObject* dl_device, PyObject* copy) {
+    DLTensor copied;
+    const DLTensor* src = &p->tensor;
+    PyObject* owner = p->owner;
+    PyObject* copy_owner = NULL;
+    PyObject* capsule;
+    uint64_t flags;
+    int64_t stream_value = 1;
+    int versioned, cuda_family;
+    DLDevice target;
+    versioned = dlpack_ref_wants_versioned(max_version);
+    if (versioned < 0 || dlpack_ref_check_copy_arg(copy) < 0) return NULL;
+    cuda_family = dlpack_ref_device_cuda_family((int32_t)p->tensor.device.device_type);
+    if (stream != Py_None && dlpack_ref_stream_value(stream, cuda_family, p->tensor.device, owner, &stream_value) < 0)
+        return NULL;
+    flags = (p->flags & DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED) | (p->read_only ? DLPACK_FLAG_BITMASK_READ_ONLY : 0);
+    if (dl_device == Py_None && copy != Py_True) {
+        if (cuda_family && p->order != NULL && stream_value != -1
+                && p->order(p->ctx, &p->tensor, stream, stream_value) < 0)
+            return NULL;
+    } else {
+        if (dl_device == Py_None) target = p->tensor.device;
+        else if (dlpack_ref_parse_dl_device(dl_device, &target) < 0) return NULL;
+        if (copy == Py_True || !dlpack_ref_can_access(target, p->tensor.device)) {
+            if (copy == Py_False) {
+                dlpack_ref_refuse_copy(p->tensor.device, target, 0);
+                return NULL;
+            }
+            if (p->copy == NULL) {
+                PyObject* tn = dlpack_ref_priv_type_name(owner);
+                PyObject* where = tn == NULL ? NULL : dlpack_ref_device_str(target);
+                if (where != NULL)
+                    PyErr_Format(PyExc_BufferError, "this %U cannot be copied (asked for a copy on %U)", tn, where);
+                Py_XDECREF(tn);
+                Py_XDECREF(where);
+                return NULL;
+            }
+            if (p->copy(p->ctx, &p->tensor, target, stream, stream_value, &copied, &copy_owner) < 0) return NULL;
+            src = &copied;
+            owner = copy_owner;
+            /* A copy is fresh memory: writable, laid out by the copy. */
+            flags = DLPACK_FLAG_BITMASK_IS_COPIED
+                    | ((int64_t)copied.dtype.bits * copied.dtype.lanes < 8 ? (p->flags & DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED) : 0);
+        } else if (cuda_family && p->order != NULL && stream_value != -1
+                   && p->order(p->ctx, &p->tensor, stream, stream_value) < 0) {
+            return NULL;
+        }
+    }
+    if (versioned) {
+        capsule = dlpack_ref_export_versioned(src, owner, flags);
+    } else if (dlpack_ref_check_legacy_export(src, flags, owner) < 0) {
+        capsule = NULL;
+    } else {
+        capsule = dlpack_ref_export_legacy(src, owner);
+    }
+    Py_XDECREF(copy_owner);
+    return capsule;
+}
+
+/* The same call for a method defined with METH_VARARGS | METH_KEYWORDS: the
+ * four arguments are keyword-only. */
+static inline PyObject* dlpack_ref_producer_dlpack(const dlpack_ref_producer* p, PyObject* args, PyObject* kwargs) {
+    static const char* names[] = {"stream", "max_version", "dl_device", "copy", NULL};
+    PyObject* v[4] = {Py_None, Py_None, Py_None, Py_None};
+    Py_ssize_t pos = 0;
+    PyObject *key, *value;
+    int i;
+    if (args != NULL && PyTuple_GET_SIZE(args) != 0) {
+        PyErr_Format(PyExc_TypeError, "__dlpack__() takes no positional arguments (%zd given)", PyTuple_GET_SIZE(args));
+        return NULL;
+    }
+    while (kwargs != NULL && PyDict_Next(kwargs, &pos, &key, &value)) {
+        for (i = 0; i < 4; ++i)
+            if (PyUnicode_Check(key) && PyUnicode_CompareWithASCIIString(key, names[i]) == 0) break;
+        if (i == 4) {
+            PyErr_Format(PyExc_TypeError, "__dlpack__() got an unexpected keyword argument %R", key);
+            return NULL;
+        }
+        v[i] = value;
+    }
+    return dlpack_ref_producer_export(p, v[0], v[1], v[2], v[3]);
+}
+
+/* The enum DLPack devices are reported in when dlpack-ref is not there: an
+ * IntEnum `DeviceType` with dlpack_ref.DeviceType's names and values, made
+ * once (borrowed reference, NULL with an error set). */
+static PyObject* dlpack_ref_priv_device_enum = NULL;
+
+static inline PyObject* dlpack_ref_device_enum(void) {
+    if (dlpack_ref_priv_device_enum == NULL) {
+        PyObject *enum_module, *members, *cls = NULL;
+        int32_t v;
+        enum_module = PyImport_ImportModule("enum");
+        if (enum_module == NULL) return NULL;
+        members = PyList_New(0);
+        for (v = 1; members != NULL && v < 64; ++v) {
+            const char* name = dlpack_ref_device_type_name(v);
+            PyObject* item;
+            if (name == NULL) continue;
+            item = Py_BuildValue("(si)", name, (int)v);
+            if (item == NULL || PyList_Append(members, item) < 0) { Py_XDECREF(item); Py_CLEAR(members); break; }
+            Py_DECREF(item);
+        }
+        if (members != NULL) cls = PyObject_CallMethod(enum_module, "IntEnum", "sO", "DeviceType", members);
+        Py_DECREF(enum_module);
+        Py_XDECREF(members);
+        if (cls == NULL) return NULL;
+        if (dlpack_ref_priv_device_enum == NULL) dlpack_ref_priv_device_enum = cls;
+        else Py_DECREF(cls);
+    }
+    return dlpack_ref_priv_device_enum;
+}
+
+/* __dlpack_device__(): (DeviceType member, device_id) of `device`, where the
+ * memory truly lives (new reference). */
+static inline PyObject* dlpack_ref_dlpack_device(DLDevice device) {
+    PyObject* cls = dlpack_ref_device_enum();
+    PyObject *member, *result;
+    if (cls == NULL) return NULL;
+    member = PyObject_CallFunction(cls, "i", (int)device.device_type);
+    if (member == NULL) return NULL;
+    result = Py_BuildValue("(Ni)", member, (int)device.device_id);
+    return result;
 }
 
 /* --- dlpack_ref.Array, through its exchange table ----------------------------

@@ -325,8 +325,7 @@ def from_dlpack(x, /, *, device=None, copy=None):
     """
     if device is None and copy is None and _stream_contexts == 0:
         return _import_plain(x)
-    if copy is not None and copy is not True and copy is not False:
-        raise TypeError(f"copy must be True, False or None, not {copy!r}")
+    dlpack_ref_check_copy_arg(copy)
     cdef DLDevice target
     cdef DLDevice source
     cdef bint have_target = device is not None
@@ -406,9 +405,7 @@ cdef Array _finish_import(Array a, DLDevice target, object copy, bint producer_d
         return _copy_to(a, target, stream)
     if not _can_access(target, a._device):
         if copy is False:
-            raise CopyForbiddenError(
-                f"copy=False, but the data on {a.device} cannot be used on {_device_object(target)} "
-                "without a copy")
+            dlpack_ref_refuse_copy(a._device, target, True)
         return _copy_to(a, target, stream)
     return a
 

@@ -42,6 +42,8 @@ cdef extern from "dlpack_ref_tables.h" nogil:
     bint dlpack_ref_device_supported(int32_t device_type)
     bint dlpack_ref_device_host_accessible(int32_t device_type)
     bint dlpack_ref_device_cuda_family(int32_t device_type)
+    const char* dlpack_ref_device_type_name(int32_t device_type)
+    const char* dlpack_ref_dtype_name(uint8_t code, uint8_t bits, uint16_t lanes)
     const char* DLPACK_REF_DEVICE_TYPES_ACCEPTED
     const char* DLPACK_REF_DEVICES_SUPPORTED
 
@@ -107,3 +109,33 @@ cdef extern from "dlpack_ref.h":
     # dlpack_ref.Array, through its exchange table (needs dlpack-ref installed)
     object dlpack_ref_to_array(DLPackRefTensor* t)
     int dlpack_ref_view(object array, DLTensor* out) except -1
+
+    # devices and the arguments of the producer protocol
+    bint dlpack_ref_can_access(DLDevice dev, DLDevice mem) noexcept nogil
+    object dlpack_ref_device_str(DLDevice dev)
+    int dlpack_ref_wants_versioned(object max_version) except -1
+    int dlpack_ref_check_copy_arg(object copy) except -1
+    int dlpack_ref_parse_dl_device(object obj, DLDevice* out) except -1
+    int dlpack_ref_stream_value(object stream, bint cuda_memory, DLDevice device, object owner,
+                                int64_t* out) except -1
+    int dlpack_ref_set_copy_forbidden_error(object cls) except -1
+    PyObject* dlpack_ref_copy_forbidden_error() except NULL
+    int dlpack_ref_refuse_copy(DLDevice mem, DLDevice target, bint importing) except -1
+    int dlpack_ref_check_legacy_export(const DLTensor* t, uint64_t flags, object owner) except -1
+
+    # the producer protocol: what an array tells it, and the calls its
+    # __dlpack__ and __dlpack_device__ forward to
+    ctypedef struct dlpack_ref_producer:
+        DLTensor tensor
+        PyObject* owner
+        bint read_only
+        uint64_t flags
+        void* ctx
+        int (*copy)(void* ctx, const DLTensor* src, DLDevice target, PyObject* stream, int64_t stream_value,
+                    DLTensor* out, PyObject** out_owner) except -1
+        int (*order)(void* ctx, const DLTensor* t, PyObject* stream, int64_t stream_value) except -1
+    object dlpack_ref_producer_export(const dlpack_ref_producer* p, object stream, object max_version,
+                                      object dl_device, object copy)
+    object dlpack_ref_producer_dlpack(const dlpack_ref_producer* p, object args, object kwargs)
+    PyObject* dlpack_ref_device_enum() except NULL
+    object dlpack_ref_dlpack_device(DLDevice device)
