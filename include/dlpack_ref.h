@@ -1179,6 +1179,213 @@ static inline PyObject* dlpack_ref_dlpack_device(DLDevice device) {
     return result;
 }
 
+/* --- the consumer protocol: from_dlpack(x, /, *, device=None, copy=None) ------ */
+
+/* x.__dlpack__(**kwargs) with max_version=(1, 3) and, when not NULL or None,
+ * stream, dl_device and copy (new reference, NULL with the error set). */
+static inline PyObject* dlpack_ref_priv_call_dlpack(PyObject* x, int with_version, PyObject* stream,
+                                                    PyObject* dl_device, PyObject* copy) {
+    PyObject *method, *kwargs, *empty, *result = NULL;
+    method = PyObject_GetAttrString(x, "__dlpack__");
+    if (method == NULL) return NULL;
+    kwargs = PyDict_New();
+    empty = PyTuple_New(0);
+    if (kwargs == NULL || empty == NULL) goto done;
+    if (with_version) {
+        PyObject* version = Py_BuildValue("(ii)", DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION);
+        if (version == NULL || PyDict_SetItemString(kwargs, "max_version", version) < 0) {
+            Py_XDECREF(version);
+            goto done;
+        }
+        Py_DECREF(version);
+    }
+    if (stream != NULL && stream != Py_None && PyDict_SetItemString(kwargs, "stream", stream) < 0) goto done;
+    if (dl_device != NULL && dl_device != Py_None && PyDict_SetItemString(kwargs, "dl_device", dl_device) < 0)
+        goto done;
+    if (copy != NULL && copy != Py_None && PyDict_SetItemString(kwargs, "copy", copy) < 0) goto done;
+    result = PyObject_Call(method, empty, kwargs);
+done:
+    Py_DECREF(method);
+    Py_XDECREF(kwargs);
+    Py_XDECREF(empty);
+    return result;
+}
+
+/* The TypeError of an object that is neither a producer nor a capsule. */
+static inline int dlpack_ref_priv_not_dlpack(PyObject* x) {
+    PyObject* tn = dlpack_ref_priv_type_name(x);
+    if (tn != NULL) {
+        PyErr_Format(PyExc_TypeError,
+                     "from_dlpack expects an object with __dlpack__ and __dlpack_device__ or a DLPack capsule, "
+                     "not %U", tn);
+        Py_DECREF(tn);
+    }
+    return -1;
+}
+
+/* x.__dlpack_device__(), checked: a (device_type, device_id) tuple of two
+ * ints naming a DLPack 1.3 device (TypeError otherwise). */
+static inline int dlpack_ref_announced_device(PyObject* x, DLDevice* out) {
+    PyObject *answer, *tn;
+    answer = PyObject_CallMethod(x, "__dlpack_device__", NULL);
+    if (answer == NULL) {
+        if (PyErr_ExceptionMatches(PyExc_AttributeError) && !PyObject_HasAttrString(x, "__dlpack_device__")) {
+            PyErr_Clear();
+            return dlpack_ref_priv_not_dlpack(x);
+        }
+        return -1;
+    }
+    if (PyTuple_Check(answer) && PyTuple_GET_SIZE(answer) == 2 && PyLong_Check(PyTuple_GET_ITEM(answer, 0))
+            && !PyBool_Check(PyTuple_GET_ITEM(answer, 0)) && PyLong_Check(PyTuple_GET_ITEM(answer, 1))
+            && !PyBool_Check(PyTuple_GET_ITEM(answer, 1))) {
+        int r = dlpack_ref_parse_dl_device(answer, out);
+        Py_DECREF(answer);
+        return r;
+    }
+    tn = dlpack_ref_priv_type_name(x);
+    if (tn != NULL) {
+        PyErr_Format(PyExc_TypeError,
+                     "%U.__dlpack_device__() returned %R; expected a (device_type, device_id) tuple of two ints",
+                     tn, answer);
+        Py_DECREF(tn);
+    }
+    Py_DECREF(answer);
+    return -1;
+}
+
+/* The capsule must be where __dlpack_device__ said; a refusal runs the
+ * tensor's deleter (the holder is emptied). */
+static inline int dlpack_ref_priv_check_announced(PyObject* x, DLPackRefTensor* t, DLDevice announced) {
+    DLDevice d = t->dl_tensor->device;
+    PyObject* tn;
+    if (d.device_type == announced.device_type && d.device_id == announced.device_id) return 0;
+    tn = dlpack_ref_priv_type_name(x);
+    if (tn != NULL) {
+        PyErr_Format(PyExc_BufferError,
+                     "%U.__dlpack_device__() says (%d, %d) but its capsule's tensor is on (%d, %d); the capsule's "
+                     "deleter was called", tn, (int)announced.device_type, (int)announced.device_id,
+                     (int)d.device_type, (int)d.device_id);
+        Py_DECREF(tn);
+    }
+    DLPACK_REF_PRIV_KEEP_ERROR(dlpack_ref_release(t));
+    return -1;
+}
+
+/* x's tensor through its type's exchange table: 1 when taken, 0 when the
+ * table fails in any way (an error, a status with no error, no tensor, a
+ * tensor the checks refuse, whose deleter has then run, or a lazily
+ * conjugated complex tensor whose table export loses the conjugation): the
+ * caller then asks __dlpack__, so that errors come out as __dlpack__ gives
+ * them. The table is "NoSync": stream ordering is the caller's. */
+static inline int dlpack_ref_priv_take_by_table(const DLPackExchangeAPI* api, PyObject* x, DLPackRefTensor* out) {
+    DLManagedTensorVersioned* m = NULL;
+    int status = api->managed_tensor_from_py_object_no_sync((void*)x, &m);
+    if (status != 0 || m == NULL) {
+        PyErr_Clear();
+        if (m != NULL && m->deleter != NULL) m->deleter(m);   /* not trusted, but ours to free */
+        return 0;
+    }
+    if (dlpack_ref_adopt(m, 1, out) < 0) { PyErr_Clear(); return 0; }
+    if (out->dl_tensor->dtype.code == kDLComplex) {
+        PyObject* r = PyObject_CallMethod(x, "is_conj", NULL);
+        int conj = r == NULL ? (PyErr_ExceptionMatches(PyExc_AttributeError) ? 0 : 1) : PyObject_IsTrue(r);
+        Py_XDECREF(r);
+        PyErr_Clear();
+        if (conj != 0) { dlpack_ref_release(out); return 0; }
+    }
+    return 1;
+}
+
+/* from_dlpack(x, device=device, copy=copy) up to the tensor, for a consumer
+ * that owns what it imports: on success *out holds the taken, checked tensor
+ * (the caller runs dlpack_ref_release, or hands it to its array) and
+ * *must_copy says whether the caller must copy it onto *target (copy=True
+ * the producer did not honour, or memory *target cannot use in place);
+ * copy=False refusals (CopyForbiddenError) and every protocol error are
+ * raised here, the deleter called exactly once when a tensor was taken.
+ *   - device: None, a (device_type, device_id) tuple or an object with
+ *     __dlpack_device__; stream: the consumer's stream, or None.
+ *   - x: a capsule, or a producer asked for max_version=(1, 3) (the legacy
+ *     call only on TypeError), through its type's exchange table when
+ *     nothing else is asked for (dlpack_ref_exchange_api: version checks,
+ *     overrides; any failure falls back to __dlpack__);
+ *   - a producer that refuses dl_device/copy with BufferError (or ValueError,
+ *     NumPy before 2.4) is asked the plain request and the caller moves or
+ *     copies; a producer's tensor must be on the device its
+ *     __dlpack_device__ announced. */
+static inline int dlpack_ref_consumer_take(PyObject* x, PyObject* device, PyObject* copy, PyObject* stream,
+                                           DLPackRefTensor* out, DLDevice* target, int* must_copy) {
+    DLDevice source;
+    PyObject *capsule, *dl_device = NULL;
+    int have_target = device != Py_None, producer_did_it = 1, r, copied;
+    *must_copy = 0;
+    if (dlpack_ref_check_copy_arg(copy) < 0) return -1;
+    if (have_target) {
+        if (PyTuple_Check(device)) r = dlpack_ref_parse_dl_device(device, target);
+        else r = dlpack_ref_announced_device(device, target);
+        if (r < 0) return -1;
+    }
+    if (PyCapsule_CheckExact(x)) {
+        if (dlpack_ref_take(x, out) < 0) return -1;
+        if (!have_target) *target = out->dl_tensor->device;
+        goto finish;
+    }
+    if (!PyObject_HasAttrString(x, "__dlpack__")) return dlpack_ref_priv_not_dlpack(x);
+    if (!have_target && copy == Py_None && (stream == NULL || stream == Py_None)) {
+        const DLPackExchangeAPI* api = dlpack_ref_exchange_api((PyObject*)Py_TYPE(x));
+        if (api == NULL && PyErr_Occurred()) return -1;
+        if (api != NULL && dlpack_ref_priv_take_by_table(api, x, out)) {
+            *target = out->dl_tensor->device;
+            return 0;
+        }
+    }
+    if (dlpack_ref_announced_device(x, &source) < 0) return -1;
+    if (!have_target) *target = source;
+    else if ((dl_device = Py_BuildValue("(ii)", (int)target->device_type, (int)target->device_id)) == NULL)
+        return -1;
+    capsule = dlpack_ref_priv_call_dlpack(x, 1, stream, dl_device, copy);
+    if (capsule == NULL && PyErr_ExceptionMatches(PyExc_TypeError)) {
+        /* A producer older than DLPack 1.0: no max_version, dl_device or copy. */
+        PyErr_Clear();
+        producer_did_it = 0;
+        capsule = dlpack_ref_priv_call_dlpack(x, 0, stream, NULL, NULL);
+    } else if (capsule == NULL && (have_target || copy != Py_None)
+               && (PyErr_ExceptionMatches(PyExc_BufferError) || PyErr_ExceptionMatches(PyExc_ValueError))) {
+        /* It cannot move or copy as asked: the plain request, the rest here. */
+        PyErr_Clear();
+        producer_did_it = 0;
+        capsule = dlpack_ref_priv_call_dlpack(x, 1, stream, NULL, NULL);
+    }
+    Py_XDECREF(dl_device);
+    if (capsule == NULL) return -1;
+    if (!PyCapsule_CheckExact(capsule)) {
+        PyObject* tn = dlpack_ref_priv_type_name(capsule);
+        if (tn != NULL) {
+            PyErr_Format(PyExc_TypeError, "__dlpack__ returned %U, not a DLPack capsule", tn);
+            Py_DECREF(tn);
+        }
+        Py_DECREF(capsule);
+        return -1;
+    }
+    r = dlpack_ref_take(capsule, out);
+    Py_DECREF(capsule);
+    if (r < 0) return -1;
+    if ((!have_target || !producer_did_it) && dlpack_ref_priv_check_announced(x, out, source) < 0) return -1;
+finish:
+    copied = producer_did_it && (out->flags & DLPACK_FLAG_BITMASK_IS_COPIED) != 0;
+    if (copy == Py_True && !copied) {
+        *must_copy = 1;
+    } else if (!dlpack_ref_can_access(*target, out->dl_tensor->device)) {
+        if (copy == Py_False) {
+            dlpack_ref_refuse_copy(out->dl_tensor->device, *target, 1);
+            DLPACK_REF_PRIV_KEEP_ERROR(dlpack_ref_release(out));
+            return -1;
+        }
+        *must_copy = 1;
+    }
+    return 0;
+}
+
 /* --- dlpack_ref.Array, through its exchange table ----------------------------
  * The only two calls that need dlpack-ref installed; they use the standard
  * exchange table of its Array type, no private symbol. */
