@@ -19,7 +19,7 @@ lane_venv() {
 }
 
 # lane_python VERSION: the full path of a pyenv-installed CPython VERSION
-# (e.g. 3.10), else of pythonVERSION on PATH.
+# (e.g. 3.12), else of pythonVERSION on PATH (python3.14-dbg for 3.14-dbg).
 lane_python() {
     local root=${PYENV_ROOT:-$HOME/.pyenv} found
     found=$(ls -d "$root"/versions/"$1".*/bin/python"$1" 2>/dev/null | sort -V | tail -n 1 || true)
@@ -33,7 +33,7 @@ lane_python() {
 lane_install() {
     pip install --quiet --only-binary=:all: "numpy$1" "${LANE_TEST_DEPS[@]}"
     pip install --quiet --no-build-isolation --no-deps .
-    python -c 'import sys, numpy, dlpack_ref; print("lane:", sys.version.split()[0], "numpy", numpy.__version__)'
+    python -c 'import sys, numpy, dlpack_ref; print("lane:", sys.version.split()[0], "(debug build)" * hasattr(sys, "gettotalrefcount"), "numpy", numpy.__version__)'
 }
 
 # run_pytest LABEL ARGS...: pytest ARGS; exit 5 (nothing collected) is a
@@ -48,4 +48,26 @@ run_pytest() {
         return 1
     fi
     return "$rc"
+}
+
+# sid_enter ROOT: copy this tree (tracked and untracked, not ignored files)
+# into ROOT/ci/LANE/repo, a fresh copy per lane, and print that path as
+# seen from inside the root. The lanes never share a build folder.
+sid_enter() {
+    local root=$1 inside
+    inside=/ci/$(basename "$CI_LANE_DIR")
+    rm -rf "${root:?}$inside" && mkdir -p "$root$inside/repo"
+    git ls-files -co --exclude-standard -z | tar --null -cf - -T - | tar -xf - -C "$root$inside/repo"
+    echo "$inside/repo"
+}
+
+# sid_exec ROOT DIR COMMAND...: COMMAND in DIR inside the root, with the
+# host's environment (pip's and the CA settings) but the root's PATH, and
+# CI_LANE_DIR inside the root; the host's pip find-links folder is not there.
+sid_exec() {
+    local root=$1 dir=$2
+    shift 2
+    chroot "$root" env -u PIP_FIND_LINKS -u TMPDIR HOME=/root \
+        PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+        CI_LANE_DIR="$(dirname "$dir")" bash -c 'cd "$0" && exec "$@"' "$dir" "$@"
 }

@@ -23,12 +23,21 @@ cdef extern from *:
        result. Only types whose attribute lookup is the generic one and whose
        instances have no __dict__ are memoized (then the type's method is what
        x.name gives); any other object takes the generic call. GIL builds
-       only: the memo is written under the GIL. */
+       only: the memo is written under the GIL.
+       _PyType_Lookup and tp_version_tag are CPython internals, so the memo
+       is compiled only for the versions CI runs it on (3.11 to 3.15, each a
+       lane; tests/test_capsules.py checks that a changed type, an instance
+       attribute and __getattr__ are all honoured); any other version takes
+       the public PyObject_VectorcallMethod. kwnames is NULL or a tuple, as
+       every vectorcall's must be (3.14 reads it as a tuple unchecked). */
+    #if !defined(Py_GIL_DISABLED) && PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x03100000
+    #define DLREF_METHOD_MEMO 1
+    #endif
     typedef struct { PyTypeObject* type; unsigned int tag; PyObject* method; } dlref_method_memo;
 
     static PyObject* dlref_call_method(dlref_method_memo* memo, PyObject* name, PyObject** args,
                                        size_t nargs, PyObject* kwnames) {
-    #if !defined(Py_GIL_DISABLED) && PY_VERSION_HEX >= 0x030B0000
+    #ifdef DLREF_METHOD_MEMO
         PyTypeObject* tp = Py_TYPE(args[0]);
         PyObject* m;
         PyObject* r;
@@ -85,12 +94,14 @@ cdef extern from *:
     """
     ctypedef struct dlref_method_memo:
         pass
-    object dlref_call_method(dlref_method_memo* memo, object name, PyObject** args, size_t nargs, object kwnames)
+    # kwnames is a PyObject* so that "no keywords" is NULL: Cython would
+    # pass None for an object, which is no valid vectorcall kwnames.
+    object dlref_call_method(dlref_method_memo* memo, object name, PyObject** args, size_t nargs, PyObject* kwnames)
     # The same call with its failure left pending (NULL, the error set): the
     # hot paths enter no try block (whose exception-state bookkeeping is paid
     # on success too) and hand a failure to _reraise below.
     PyObject* dlref_call_method_or_null "dlref_call_method"(
-        dlref_method_memo* memo, object name, PyObject** args, size_t nargs, object kwnames)
+        dlref_method_memo* memo, object name, PyObject** args, size_t nargs, PyObject* kwnames)
     int _reraise "dlref_pending_error"() except -1
     bint dlref_device_answer_is(object answer, int32_t type, int32_t id)
 
@@ -196,7 +207,7 @@ cdef object _call_dlpack_versioned(object x):
     cdef PyObject* args[2]
     args[0] = <PyObject*>x
     args[1] = <PyObject*>_MAX_VERSION
-    return dlref_call_method(&_dlpack_memo, _DLPACK_NAME, args, 1, _KW_MAX_VERSION)
+    return dlref_call_method(&_dlpack_memo, _DLPACK_NAME, args, 1, <PyObject*>_KW_MAX_VERSION)
 
 
 cdef Array _import_plain(object x):
@@ -215,7 +226,7 @@ cdef Array _import_plain(object x):
     cdef PyObject* args[2]
     args[0] = <PyObject*>x
     args[1] = <PyObject*>_MAX_VERSION
-    cdef PyObject* result = dlref_call_method_or_null(&_dlpack_memo, _DLPACK_NAME, args, 1, _KW_MAX_VERSION)
+    cdef PyObject* result = dlref_call_method_or_null(&_dlpack_memo, _DLPACK_NAME, args, 1, <PyObject*>_KW_MAX_VERSION)
     if result == NULL:
         capsule = _dlpack_failed(x)
     else:
@@ -259,7 +270,7 @@ cdef object _ask_dlpack_device(object x):
     """x.__dlpack_device__(), unchecked."""
     cdef PyObject* args[1]
     args[0] = <PyObject*>x
-    cdef PyObject* answer = dlref_call_method_or_null(&_dlpack_device_memo, _DLPACK_DEVICE_NAME, args, 1, None)
+    cdef PyObject* answer = dlref_call_method_or_null(&_dlpack_device_memo, _DLPACK_DEVICE_NAME, args, 1, NULL)
     if answer != NULL:
         result = <object>answer
         Py_DECREF(result)   # the call's reference, now result's
@@ -369,7 +380,8 @@ def from_dlpack(x, /, *, device=None, copy=None):
         asked |= 4
     cdef bint producer_did_it = True
     try:
-        capsule = dlref_call_method(&_dlpack_memo, _DLPACK_NAME, args, 1, <tuple>_KW_ASKED[asked])
+        kwnames = <tuple>_KW_ASKED[asked]
+        capsule = dlref_call_method(&_dlpack_memo, _DLPACK_NAME, args, 1, <PyObject*>kwnames)
     except TypeError:
         # Pre-1.0 producer: no max_version, dl_device or copy; move/copy here.
         producer_did_it = False

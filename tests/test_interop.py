@@ -435,9 +435,14 @@ def test_jax_float4_is_packed_lanes_1(jax):
     assert a.data_ptr == j.unsafe_buffer_pointer()
     assert not a.subbyte_padded and a.nbytes == 3
     assert a.tolist() == [0.5, 1.0, 1.5, 2.0, -6.0, 3.0]
-    # JAX 0.10 imports no float4 (its own export included).
-    with pytest.raises(Exception, match="default layout"):
-        jax.numpy.from_dlpack(a)
+    # JAX 0.10 imports no float4, its own export included; whenever it
+    # does, the import must be exact.
+    try:
+        back = jax.numpy.from_dlpack(a)
+    except Exception as exc:
+        assert "default layout" in str(exc), exc
+    else:
+        assert back.astype(jax.numpy.float32).tolist() == [0.5, 1.0, 1.5, 2.0, -6.0, 3.0]
 
 
 def test_jax_to_ml_dtypes_zero_copy_chain(jax):
@@ -451,21 +456,29 @@ def test_jax_to_ml_dtypes_zero_copy_chain(jax):
 
 
 def test_jax_cannot_take_read_only(jax):
-    """JAX asks for a legacy capsule, which cannot say read-only."""
+    """JAX 0.10 asks for a legacy capsule, which cannot say read-only, so
+    dlpack_ref refuses; a JAX that asks for a versioned one gets the data."""
     a = dr.asarray(bytes(8))
-    with pytest.raises(BufferError, match="read-only"):
-        jax.numpy.from_dlpack(a)
+    try:
+        j = jax.numpy.from_dlpack(a)
+    except BufferError as exc:
+        assert "read-only" in str(exc) and "legacy" in str(exc), exc
+    else:
+        assert j.tolist() == [0] * 8
 
 
 def test_jax_needs_aligned_data(jax):
     """dlpack_ref allocates 256-byte aligned, so its own arrays go to JAX
-    zero-copy; a view 8 bytes in is copied by JAX (and refused under copy=False)."""
+    zero-copy; JAX 0.10 copies a view 8 bytes in, and then must refuse it
+    under copy=False (a JAX that takes it in place must do so under copy=False)."""
     a = dr.zeros((32,), dtype="float64")
     assert jax.numpy.from_dlpack(a).unsafe_buffer_pointer() == a.data_ptr
     v = a[1:]
-    assert jax.numpy.from_dlpack(v).unsafe_buffer_pointer() != v.data_ptr
-    with pytest.raises(ValueError, match="copy"):
-        jax.numpy.from_dlpack(v, copy=False)
+    if jax.numpy.from_dlpack(v).unsafe_buffer_pointer() != v.data_ptr:
+        with pytest.raises(ValueError, match="copy"):
+            jax.numpy.from_dlpack(v, copy=False)
+    else:
+        assert jax.numpy.from_dlpack(v, copy=False).unsafe_buffer_pointer() == v.data_ptr
 
 
 # --- array-api-strict -----------------------------------------------------------

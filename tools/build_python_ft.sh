@@ -25,6 +25,12 @@ stamp_text="python3.13 from Debian trixie; configure ${configure_flags[*]}"
 
 log() { echo "[build_python_ft] $*" >&2; }
 
+# The free-threaded lane and the build lane (its cp313t wheel) may ask at
+# once: the second waits here for the first's build.
+mkdir -p "$(dirname "$prefix")"
+exec 9>"$prefix.lock"
+flock 9
+
 # A stamped build whose interpreter really runs without the GIL is reused.
 if [[ -f "$stamp" && "$(cat "$stamp")" == "$stamp_text" && -x "$python_bin" ]] \
    && "$python_bin" -c 'import sys, sysconfig; sys.exit(not sysconfig.get_config_var("Py_GIL_DISABLED"))'; then

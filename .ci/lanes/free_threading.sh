@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The free-threaded lane: python3.13t (built or reused by
-# tools/build_python_ft.sh), NumPy 2.3 (the last with cp313t wheels); the
+# tools/build_python_ft.sh), NumPy 2.4 (the newest with cp313t wheels: 2.5
+# publishes none for 3.13t); the
 # import must leave the GIL off without a warning; the whole suite with the
 # stress test at full length; then the thread-sensitive tests again, each
 # test run by 8 threads at once (pytest-run-parallel).
@@ -11,7 +12,7 @@ start=$SECONDS
 python_ft=$(nice -n 10 tools/build_python_ft.sh)
 echo "python3.13t ready in $((SECONDS - start)) s: $python_ft"
 lane_venv "$python_ft"
-lane_install "<2.4"
+lane_install "==2.4.*"
 env -u PYTHON_GIL python -W error -c \
     'import sys, dlpack_ref; assert not sys._is_gil_enabled(), "import re-enabled the GIL"; print("GIL disabled after import")'
 DLPACK_REF_STRESS_ROUNDS=${DLPACK_REF_STRESS_ROUNDS:-400} run_pytest "3.13t, whole suite"

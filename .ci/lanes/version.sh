@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A version lane: the whole suite on CPython PYTHON_VERSION (GIL build) with
-# NumPy NUMPY_VERSION.  Usage: .ci/lanes/version.sh 3.10 2.1
+# NumPy NUMPY_VERSION.  Usage: .ci/lanes/version.sh 3.12 2.2
 set -euo pipefail
 # shellcheck source=../lane_lib.sh
 . .ci/lane_lib.sh
