@@ -91,3 +91,66 @@ def test_the_cython_api_declares_the_header_and_writes_no_rule_of_its_own():
                  "dlpack_ref_import", "dlpack_ref_exchange_api"):
         assert f"{name}(" in (ROOT / "include" / "dlpack_ref.h").read_text()
         assert f"{name}(" in pxd
+
+
+STREAM_PROBE = r"""
+#include <Python.h>
+#include "dlpack_ref.h"
+
+/* stream_value(stream, cuda_memory, owner): the header's stream rule. */
+static PyObject* stream_value(PyObject* self, PyObject* args) {
+    PyObject *stream, *owner;
+    int cuda;
+    int64_t out;
+    DLDevice cpu = {kDLCPU, 0};
+    (void)self;
+    if (!PyArg_ParseTuple(args, "OpO", &stream, &cuda, &owner)) return NULL;
+    if (dlpack_ref_stream_value(stream, cuda, cpu, owner, &out) < 0) return NULL;
+    return PyLong_FromLongLong((long long)out);
+}
+
+static PyMethodDef methods[] = {{"stream_value", stream_value, METH_VARARGS, NULL}, {NULL, NULL, 0, NULL}};
+static struct PyModuleDef def = {PyModuleDef_HEAD_INIT, "stream_probe", NULL, -1, methods, NULL, NULL, NULL, NULL};
+PyMODINIT_FUNC PyInit_stream_probe(void) { return PyModule_Create(&def); }
+"""
+
+
+class _Proto:
+    def __init__(self, answer):
+        self.answer = answer
+
+    def __cuda_stream__(self):
+        return self.answer
+
+
+STREAMS = [None, 1, 2, 3, 2**40, 2**64 - 1, -1, 0, -2, -(2**70), True, False, 1.0, "1", object(),
+           _Proto((0, 0)), _Proto((0, 7)), _Proto((1, 7)), _Proto((0, -1)), _Proto((0, True)), _Proto([0, 7])]
+
+
+def test_the_stream_rule_of_the_header_answers_as_streams_py(tmp_path, vendored):
+    # The rule is written twice (the core's CUDA layer is Python): the two
+    # must give the same value, or the same exception type and message.
+    import importlib.util
+
+    from dlpack_ref._streams import stream_handle
+    from support.build_ext import compile_c_extension
+
+    source = tmp_path / "stream_probe.c"
+    source.write_text(STREAM_PROBE)
+    so = compile_c_extension(source, tmp_path, c_include=[vendored])
+    spec = importlib.util.spec_from_file_location("stream_probe", so)
+    probe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(probe)
+    owner = dlpack_ref.zeros(1)   # an Array, so that "for an Array on cpu:0" reads the same
+    for cuda in (True, False):
+        for stream in STREAMS:
+            def outcome(fn):
+                try:
+                    return ("value", fn())
+                except Exception as e:  # the answer compared is the exception
+                    return (type(e), str(e))
+            header = outcome(lambda: probe.stream_value(stream, cuda, owner))
+            python = outcome(lambda: stream_handle(stream, cuda_memory=cuda, where="cpu:0"))
+            if python[0] == "value" and python[1] >= 2**63:
+                python = ("value", python[1] - 2**64)   # the header keeps a handle's 64 bits in an int64
+            assert header == python, (stream, cuda)
