@@ -5,8 +5,8 @@ zero-copy both ways with NumPy (and PyTorch, JAX when installed), and gets
 dlpack_ref's own pass set from the conformance checker (through the factory
 hook, adapters.HOOK).
 
-Today: the plain C adopter. The C++ and Cython adopters and the exchange
-table builder are not written yet (docs/vendoring.md, "Status")."""
+Today: the plain C adopter and its C++17 twin. The Cython adopter and the
+exchange table builder are not written yet (docs/vendoring.md, "Status")."""
 
 from __future__ import annotations
 
@@ -29,36 +29,42 @@ VENDORED = ("dlpack.h", "dlpack_ref.h", "dlpack_ref_tables.h")
 AWAITING_TABLE_BUILDER = {"producer.exchange_api", "producer.exchange_api_matches_dlpack"}
 
 
-@pytest.fixture(scope="module")
-def c_adopter(tmp_path_factory) -> Path:
-    """The folder holding the built c_adopter module, its hook and nothing
-    of dlpack-ref but the three vendored headers."""
-    folder = tmp_path_factory.mktemp("c_adopter")
+ADOPTERS = [("c_adopter", "c_adopter.c", False), ("cpp_adopter", "cpp_adopter.cpp", True)]
+
+
+@pytest.fixture(scope="module", params=ADOPTERS, ids=[a[0] for a in ADOPTERS])
+def adopter(request, tmp_path_factory) -> tuple[str, Path]:
+    """(module name, the folder holding the built adopter module, its hook
+    and nothing of dlpack-ref but the three vendored headers)."""
+    name, source, cxx = request.param
+    folder = tmp_path_factory.mktemp(name)
     vendor = folder / "vendor"
     vendor.mkdir()
-    for name in VENDORED:
-        shutil.copy(Path(dlpack_ref.get_include(), name), vendor / name)
-    compile_c_extension(HERE / "c_adopter.c", folder, c_include=[vendor])
+    for header in VENDORED:
+        shutil.copy(Path(dlpack_ref.get_include(), header), vendor / header)
+    compile_c_extension(HERE / source, folder, c_include=[vendor], cxx=cxx)
     shutil.copy(HERE / "adopter_hook.py", folder / "adopter_hook.py")
-    (folder / "c_adopter_check.py").write_text(
-        "import adopter_hook, c_adopter\n\n"
+    (folder / f"{name}_check.py").write_text(
+        f"import adopter_hook, {name}\n\n"
         "def __dlpack_conformance__():\n"
-        "    return adopter_hook.conformance(c_adopter, 'c_adopter_check')\n")
-    return folder
+        f"    return adopter_hook.conformance({name}, '{name}_check')\n")
+    return name, folder
 
 
-def _run_blocked(folder: Path, code: str) -> str:
-    """Run `code` in a fresh interpreter in which dlpack_ref cannot be imported."""
-    prelude = "import sys\nsys.modules['dlpack_ref'] = None\n"
+def _run_blocked(adopter, code: str) -> str:
+    """Run `code` in a fresh interpreter in which dlpack_ref cannot be
+    imported, with the adopter module imported as `c`."""
+    name, folder = adopter
+    prelude = f"import sys\nsys.modules['dlpack_ref'] = None\nimport {name} as c\n"
     out = subprocess.run([sys.executable, "-c", prelude + code], cwd=folder, capture_output=True, text=True,
                          env={**os.environ, "PYTHONPATH": str(folder)}, timeout=120)
     assert out.returncode == 0, out.stderr[-4000:]
     return out.stdout
 
 
-def test_the_c_adopter_exchanges_zero_copy_with_numpy_without_dlpack_ref(c_adopter):
-    out = _run_blocked(c_adopter, """
-import numpy as np, c_adopter as c
+def test_the_adopter_exchanges_zero_copy_with_numpy_without_dlpack_ref(adopter):
+    out = _run_blocked(adopter, """
+import numpy as np
 x = np.arange(12.0).reshape(3, 4)[:, ::-2]
 t = c.from_dlpack(x)
 assert t.data_ptr == x.ctypes.data, (t.data_ptr, x.ctypes.data)
@@ -75,9 +81,9 @@ print("ok")
     assert out.strip() == "ok"
 
 
-def test_the_c_adopter_raises_the_contract_errors(c_adopter):
-    out = _run_blocked(c_adopter, """
-import numpy as np, c_adopter as c
+def test_the_adopter_raises_the_contract_errors(adopter):
+    out = _run_blocked(adopter, """
+import numpy as np
 t = c.make(2, 32, 1, (2,), np.zeros(2, np.float32).tobytes())
 def err(f):
     try:
@@ -116,18 +122,23 @@ def _pass_set(spec: str, pythonpath: str | None) -> set[str]:
     return {r["check"] for r in results if r["status"] == "pass"}
 
 
+@pytest.fixture(scope="module")
+def reference_pass_set():
+    return _pass_set("dlpack_ref", None)
+
+
 @pytest.mark.slow
-def test_the_c_adopter_passes_what_dlpack_ref_passes(c_adopter):
-    adopter = _pass_set("c_adopter_check", str(c_adopter))
-    reference = _pass_set("dlpack_ref", None)
-    assert adopter == reference - AWAITING_TABLE_BUILDER, (sorted(reference - adopter), sorted(adopter - reference))
+def test_the_adopter_passes_what_dlpack_ref_passes(adopter, reference_pass_set):
+    name, folder = adopter
+    passed = _pass_set(f"{name}_check", str(folder))
+    expected = reference_pass_set - AWAITING_TABLE_BUILDER
+    assert passed == expected, (sorted(expected - passed), sorted(passed - expected))
 
 
 @pytest.mark.parametrize("library", ["torch", "jax"])
-def test_the_c_adopter_exchanges_zero_copy_with(c_adopter, library):
+def test_the_adopter_exchanges_zero_copy_with(adopter, library):
     pytest.importorskip(library)
-    out = _run_blocked(c_adopter, f"""
-import c_adopter as c
+    out = _run_blocked(adopter, f"""
 if {library!r} == "torch":
     import torch
     x = torch.arange(6.0).reshape(2, 3)
