@@ -1064,6 +1064,17 @@ static inline PyObject* dlpack_ref_producer_export(const dlpack_ref_producer* p,
     int64_t stream_value = 1;
     int versioned, cuda_family;
     DLDevice target;
+    if (max_version == Py_None && stream == Py_None && dl_device == Py_None && copy == Py_None) {
+        /* The oldest consumers' call, and a hot one: with no stream work to
+           order (not CUDA-family memory, or no order callback) nothing is left
+           to decide but the legacy capsule's limits. */
+        if (!(dlpack_ref_device_cuda_family((int32_t)p->tensor.device.device_type) && p->order != NULL)) {
+            flags = (p->flags & DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED)
+                    | (p->read_only ? DLPACK_FLAG_BITMASK_READ_ONLY : 0);
+            if (dlpack_ref_check_legacy_export(&p->tensor, flags, owner) < 0) return NULL;
+            return dlpack_ref_export_legacy(&p->tensor, owner);
+        }
+    }
     versioned = dlpack_ref_wants_versioned(max_version);
     if (versioned < 0 || dlpack_ref_check_copy_arg(copy) < 0) return NULL;
     cuda_family = dlpack_ref_device_cuda_family((int32_t)p->tensor.device.device_type);
