@@ -40,6 +40,9 @@ CASES = {
     # Short calls of the copies-and-conversions issue.
     "dlpack_ref.asarray(3.0)": ("import dlpack_ref", "dlpack_ref.asarray(3.0)"),
     "numpy.asarray(3.0)": ("import numpy as np", "np.asarray(3.0)"),
+    "dlpack_ref.asarray([1.0, 2.0, 3.0])": ("import dlpack_ref", "dlpack_ref.asarray([1.0, 2.0, 3.0])"),
+    "dlpack_ref.asarray(100 floats)": ("import dlpack_ref\nv = [float(i) for i in range(100)]",
+        "dlpack_ref.asarray(v)"),
     "float(Array[1, 2])": ("import dlpack_ref\na = dlpack_ref.asarray([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])", "float(a[1, 2])"),
     "float(ndarray[1, 2])": ("import numpy as np\nx = np.arange(6.0).reshape(2, 3)", "float(x[1, 2])"),
     "Array.to_device('cpu')": ("import dlpack_ref\na = dlpack_ref.zeros(16)", "a.to_device('cpu')"),

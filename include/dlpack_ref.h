@@ -699,6 +699,74 @@ failed:
     return NULL;
 }
 
+/* --- calls into another library's exchange table ------------------------------
+ * Each function of a table is called through these, which hand back its
+ * status as a plain int: a table may return nonzero with no exception set, or
+ * set an exception and return 0. Either is a failure; what it leads to is
+ * decided per function (docs/exchange_api.md, "Calls into a foreign table"). */
+
+static inline int dlpack_ref_api_table_from_py(const DLPackExchangeAPI* api, PyObject* obj,
+                                               DLManagedTensorVersioned** out) {
+    return api->managed_tensor_from_py_object_no_sync((void*)obj, out);
+}
+static inline int dlpack_ref_api_table_to_py(const DLPackExchangeAPI* api, DLManagedTensorVersioned* tensor,
+                                             void** out) {
+    return api->managed_tensor_to_py_object_no_sync(tensor, out);
+}
+static inline int dlpack_ref_api_table_view(const DLPackExchangeAPI* api, PyObject* obj, DLTensor* out) {
+    return api->dltensor_from_py_object_no_sync((void*)obj, out);
+}
+static inline int dlpack_ref_api_table_stream(const DLPackExchangeAPI* api, int32_t device_type, int32_t device_id,
+                                              void** out) {
+    return api->current_work_stream((DLDeviceType)device_type, device_id, out);
+}
+/* -1 with the error a call left set: raises it in Cython. */
+static inline int dlpack_ref_api_pending_error(void) { return -1; }
+
+/* Whether a table call failed: a nonzero status or an exception set. */
+static inline int dlpack_ref_table_failed(int status) { return status != 0 || PyErr_Occurred() != NULL; }
+
+/* The exception for a failed call of `function` in the exchange table of type
+ * `tp` (a new reference, to raise; the pending error is taken). A failure as
+ * the header describes it, a nonzero status with an exception set, gives
+ * that exception as it is: the producer's own error. A nonzero status with
+ * none set, or an exception set with status 0, gives a BufferError naming
+ * the type and the function, the exception as its __cause__. */
+static inline PyObject* dlpack_ref_table_error(PyObject* tp, const char* function, int status) {
+    PyObject *cause = NULL, *name, *error;
+    if (PyErr_Occurred()) {
+#if PY_VERSION_HEX >= 0x030C0000
+        cause = PyErr_GetRaisedException();
+#else
+        PyObject *t, *v, *tb;
+        PyErr_Fetch(&t, &v, &tb);
+        PyErr_NormalizeException(&t, &v, &tb);
+        if (tb != NULL && v != NULL) PyException_SetTraceback(v, tb);
+        Py_XDECREF(t);
+        Py_XDECREF(tb);
+        cause = v;
+#endif
+        if (cause == NULL) return NULL;
+        if (status != 0 || !PyObject_TypeCheck(cause, (PyTypeObject*)PyExc_Exception)) return cause;
+    }
+    name = PyObject_GetAttrString(tp, "__name__");
+    if (name == NULL) { PyErr_Clear(); name = PyObject_Str(tp); }
+    if (name == NULL) { Py_XDECREF(cause); return NULL; }
+    if (cause == NULL)
+        error = PyObject_CallFunction(PyExc_BufferError, "N",
+                                      PyUnicode_FromFormat("the DLPack exchange API of %U failed in %s: returned %d "
+                                                           "without setting an exception", name, function, status));
+    else
+        error = PyObject_CallFunction(PyExc_BufferError, "N",
+                                      PyUnicode_FromFormat("the DLPack exchange API of %U failed in %s: returned 0 "
+                                                           "but set %s: %S", name, function,
+                                                           Py_TYPE(cause)->tp_name, cause));
+    Py_DECREF(name);
+    if (error != NULL && cause != NULL) PyException_SetCause(error, cause);   /* steals cause */
+    else Py_XDECREF(cause);
+    return error;
+}
+
 /* A TypeError naming what from_dlpack accepts (returns -1). */
 static inline int dlpack_ref_priv_not_producer(PyObject* obj) {
     PyObject* tn = dlpack_ref_priv_type_name(obj);
@@ -723,17 +791,12 @@ static inline int dlpack_ref_import(PyObject* obj, DLPackRefTensor* out) {
     api = dlpack_ref_exchange_api((PyObject*)Py_TYPE(obj));
     if (api == NULL && PyErr_Occurred()) return -1;
     if (api != NULL) {
-        api->managed_tensor_from_py_object_no_sync((void*)obj, &m);
-        if (m == NULL) {
-            if (!PyErr_Occurred()) {
-                PyObject* tn = dlpack_ref_priv_type_name(obj);
-                if (tn == NULL) return -1;
-                PyErr_Format(PyExc_BufferError, "%U's DLPack exchange API returned no tensor and no error", tn);
-                Py_DECREF(tn);
-            }
-            return -1;
-        }
-        return dlpack_ref_adopt(m, 1, out);
+        int status = dlpack_ref_api_table_from_py(api, obj, &m);
+        if (!dlpack_ref_table_failed(status) && m != NULL) return dlpack_ref_adopt(m, 1, out);
+        /* The table stands in for __dlpack__, so any failure of it asks
+           __dlpack__, whose answer (or refusal) is the one the caller gets. */
+        PyErr_Clear();
+        if (m != NULL && m->deleter != NULL) m->deleter(m);   /* handed with a failure: not trusted, ours to free */
     }
     method = PyObject_GetAttrString(obj, "__dlpack__");
     if (method == NULL) {
@@ -1290,8 +1353,8 @@ static inline int dlpack_ref_priv_check_announced(PyObject* x, DLPackRefTensor* 
  * them. The table is "NoSync": stream ordering is the caller's. */
 static inline int dlpack_ref_priv_take_by_table(const DLPackExchangeAPI* api, PyObject* x, DLPackRefTensor* out) {
     DLManagedTensorVersioned* m = NULL;
-    int status = api->managed_tensor_from_py_object_no_sync((void*)x, &m);
-    if (status != 0 || m == NULL) {
+    int status = dlpack_ref_api_table_from_py(api, x, &m);
+    if (dlpack_ref_table_failed(status) || m == NULL) {
         PyErr_Clear();
         if (m != NULL && m->deleter != NULL) m->deleter(m);   /* not trusted, but ours to free */
         return 0;
@@ -1305,6 +1368,28 @@ static inline int dlpack_ref_priv_take_by_table(const DLPackExchangeAPI* api, Py
         if (conj != 0) { dlpack_ref_release(out); return 0; }
     }
     return 1;
+}
+
+/* copy=False with a tensor flagged IS_COPIED: whoever made it copied, so the
+ * result would not share the producer's memory, which is what copy=False
+ * promises; a bare capsule is judged by the same flag. CopyForbiddenError
+ * naming who made it (returns -1; the caller releases the tensor). */
+static inline int dlpack_ref_refuse_copied(PyObject* x) {
+    PyObject* cls = dlpack_ref_copy_forbidden_error();
+    PyObject* tn;
+    if (cls == NULL) return -1;
+    if (PyCapsule_CheckExact(x)) {
+        PyErr_SetString(cls, "copy=False, but the capsule's tensor is flagged DLPACK_FLAG_BITMASK_IS_COPIED (a copy, "
+                             "not the producer's memory); its deleter was called");
+        return -1;
+    }
+    tn = dlpack_ref_priv_type_name(x);
+    if (tn != NULL) {
+        PyErr_Format(cls, "copy=False, but the tensor %U.__dlpack__ returned is flagged DLPACK_FLAG_BITMASK_IS_COPIED "
+                          "(a copy, not the producer's memory); its deleter was called", tn);
+        Py_DECREF(tn);
+    }
+    return -1;
 }
 
 /* from_dlpack(x, device=device, copy=copy) up to the tensor, for a consumer
@@ -1383,6 +1468,11 @@ static inline int dlpack_ref_consumer_take(PyObject* x, PyObject* device, PyObje
     if (r < 0) return -1;
     if ((!have_target || !producer_did_it) && dlpack_ref_priv_check_announced(x, out, source) < 0) return -1;
 finish:
+    if (copy == Py_False && (out->flags & DLPACK_FLAG_BITMASK_IS_COPIED)) {
+        dlpack_ref_refuse_copied(x);
+        DLPACK_REF_PRIV_KEEP_ERROR(dlpack_ref_release(out));
+        return -1;
+    }
     copied = producer_did_it && (out->flags & DLPACK_FLAG_BITMASK_IS_COPIED) != 0;
     if (copy == Py_True && !copied) {
         *must_copy = 1;
@@ -1444,7 +1534,28 @@ static inline PyObject* dlpack_ref_to_array(DLPackRefTensor* t) {
     m = (DLManagedTensorVersioned*)t->managed;
     t->managed = NULL;
     t->dl_tensor = NULL;
-    if (api->managed_tensor_to_py_object_no_sync(m, &out) != 0) return NULL;   /* owns m from here on */
+    {
+        int status;
+        /* The type named in a failure's message, looked up before the call:
+           nothing may run with its error pending. */
+        PyObject* module = PyImport_ImportModule("dlpack_ref");
+        PyObject* array_type = module == NULL ? NULL : PyObject_GetAttrString(module, "Array");
+        Py_XDECREF(module);
+        if (array_type == NULL) {
+            DLPACK_REF_PRIV_KEEP_ERROR(if (m->deleter) m->deleter(m));
+            return NULL;
+        }
+        status = dlpack_ref_api_table_to_py(api, m, &out);   /* owns m from here on, also on failure */
+        if (dlpack_ref_table_failed(status) || out == NULL) {
+            PyObject* error = dlpack_ref_table_error(array_type, "managed_tensor_to_py_object_no_sync", status);
+            Py_DECREF(array_type);
+            /* An object handed with a failure status is still a reference of ours. */
+            Py_XDECREF((PyObject*)out);
+            if (error != NULL) { PyErr_SetObject((PyObject*)Py_TYPE(error), error); Py_DECREF(error); }
+            return NULL;
+        }
+        Py_DECREF(array_type);
+    }
     return (PyObject*)out;
 }
 
@@ -1452,8 +1563,15 @@ static inline PyObject* dlpack_ref_to_array(DLPackRefTensor* t) {
  * Array lives) through its table. */
 static inline int dlpack_ref_view(PyObject* array, DLTensor* out) {
     const DLPackExchangeAPI* api = dlpack_ref_priv_array_api();
+    int status;
     if (api == NULL) return -1;
-    return api->dltensor_from_py_object_no_sync((void*)array, out);
+    status = dlpack_ref_api_table_view(api, array, out);
+    if (dlpack_ref_table_failed(status)) {
+        PyObject* error = dlpack_ref_table_error((PyObject*)Py_TYPE(array), "dltensor_from_py_object_no_sync", status);
+        if (error != NULL) { PyErr_SetObject((PyObject*)Py_TYPE(error), error); Py_DECREF(error); }
+        return -1;
+    }
+    return 0;
 }
 
 #ifdef __cplusplus

@@ -150,6 +150,14 @@ cdef class Array:
             raise TypeError("len() of a 0-d Array")
         return self._shape[0]
 
+    def __iter__(self):
+        # Without __iter__, Python iterates through __getitem__ until
+        # IndexError, which a 0-d Array raises at once: an empty iteration
+        # where NumPy raises TypeError (docs/semantics.md, "Iteration").
+        if self._ndim == 0:
+            raise TypeError("iteration over a 0-d Array")
+        return _rows(self, self._shape[0])
+
     def __repr__(self):
         extras = ""
         if self._device.device_type != kDLCPU:
@@ -437,6 +445,14 @@ cdef Array _from_python(object obj, DLDataType dt, bint infer=False):
     cpu.device_type = kDLCPU
     cpu.device_id = 0
     dlref_seq_check(obj, 0, nd, shape, &kind)
+    cdef list found
+    if kind == DLREF_KIND_OTHER:
+        # Leaves of other libraries: read one by one (the rare path).
+        found = []
+        obj = _other_leaves(obj, nd, found)
+        if infer:
+            dt = _dldtype(_result_type(found))
+            infer = False
     if infer:
         dt.lanes = 1
         if kind == DLREF_KIND_OF_BOOL:
@@ -460,6 +476,40 @@ cdef Array _from_python(object obj, DLDataType dt, bint infer=False):
     return a
 
 
+cdef object _DT_BOOL = _as_dtype("bool")
+cdef object _DT_INT64 = _as_dtype("int64")
+cdef object _DT_FLOAT64 = _as_dtype("float64")
+cdef object _DT_COMPLEX128 = _as_dtype("complex128")
+
+
+cdef object _other_leaves(object o, int levels, list found):
+    """o (a nested sequence `levels` deep, or a leaf) with every leaf that
+    carries a dtype -- a NumPy or ml_dtypes scalar, a 0-d array of any
+    library -- replaced by its Python value, and the dtype of each leaf
+    appended to `found`: its own for those, the default one for Python
+    scalars and for other numbers (__index__: int64, __float__: float64,
+    __complex__: complex128), as NumPy reads them (docs/semantics.md)."""
+    if levels:
+        return [_other_leaves(item, levels - 1, found) for item in o]
+    if isinstance(o, bool):
+        found.append(_DT_BOOL)
+    elif isinstance(o, int):
+        found.append(_DT_INT64)
+    elif isinstance(o, float):
+        found.append(_DT_FLOAT64)
+    elif isinstance(o, complex):
+        found.append(_DT_COMPLEX128)
+    else:
+        dtype = getattr(o, "dtype", None)
+        if dtype is not None and getattr(o, "shape", None) == ():
+            found.append(_as_dtype(dtype))
+            return o.tolist()
+        kind = dlref_other_leaf_kind(o)
+        found.append(_DT_INT64 if kind == DLREF_KIND_OF_INT else
+                     _DT_FLOAT64 if kind == DLREF_KIND_OF_FLOAT else _DT_COMPLEX128)
+    return o
+
+
 def _from_values(obj, dtype=None):
     """A new host Array of a Python scalar or a nested list/tuple (for
     asarray): shape and dtype found in one walk, values written in C."""
@@ -467,6 +517,14 @@ def _from_values(obj, dtype=None):
     if dtype is None:
         return _from_python(obj, dt, True)
     return _from_python(obj, _dldtype(dtype))
+
+
+def _rows(Array a, int64_t n):
+    """a[0], a[1], ...: what NumPy's iteration yields (0-d Arrays for a 1-d a,
+    where NumPy yields its scalars)."""
+    cdef int64_t i
+    for i in range(n):
+        yield a[i]
 
 
 def _copied(obj):
@@ -560,9 +618,15 @@ cdef object _work_of(Array a):
     """The pending-work record of a's memory, made on first use. Memory
     that was not allocated here was handed over ordered on the legacy
     default stream of its device (DLPack's stream=None)."""
-    if a._work is None:
-        a._work = _PendingWork(a._device.device_id)
-    return a._work
+    w = a._work
+    if w is not None:       # set once, never replaced: safe to read unlocked
+        return w
+    # Without the GIL two threads could each make a record and one write
+    # would be recorded in the record the other replaced.
+    with cython.critical_section(a):
+        if a._work is None:
+            a._work = _PendingWork(a._device.device_id)
+        return a._work
 
 
 cdef int _host_wait(Array a) except -1:

@@ -14,6 +14,7 @@ cdef extern from "dlref_kernels.h":
                           int ndim) nogil
     int dlref_seq_shape(object obj, int64_t* shape) except -1
     int dlref_seq_check(object o, int depth, int ndim, const int64_t* shape, int* kind) except -1
+    int dlref_other_leaf_kind(object o) except -1
     int dlref_seq_fill(object obj, int ndim, char* data, int tid, const char* name) except -1
     object dlref_element_object(int t, const char* p)
     object dlref_tolist(const char* data, const int64_t* strides, const int64_t* shape, int ndim, int t)
@@ -23,7 +24,8 @@ cdef extern from "dlref_kernels.h":
     const dlref_minifloat* dlref_minifloats
     const char* const* dlref_style_names
     enum:
-        DLREF_KIND_NONE, DLREF_KIND_OF_BOOL, DLREF_KIND_OF_INT, DLREF_KIND_OF_FLOAT, DLREF_KIND_OF_COMPLEX
+        DLREF_KIND_NONE, DLREF_KIND_OF_BOOL, DLREF_KIND_OF_INT, DLREF_KIND_OF_FLOAT, DLREF_KIND_OF_COMPLEX,
+        DLREF_KIND_OTHER
 
 
 # --- hooks for dlpack_ref.testing --------------------------------------------

@@ -141,19 +141,6 @@ def exchange_api_version(tp):
     return (api.header.version.major, api.header.version.minor)
 
 
-cdef extern from *:
-    """
-    /* The table's export, with its status as a plain int: a table may return
-       -1 without setting an exception, which Cython's except -1 would turn
-       into a SystemError. */
-    static int dlref_table_export(DLPackExchangeAPI* api, PyObject* obj, DLManagedTensorVersioned** out) {
-        return api->managed_tensor_from_py_object_no_sync((void*)obj, out);
-    }
-    """
-    int dlref_table_export(DLPackExchangeAPI* api, PyObject* obj, DLManagedTensorVersioned** out)
-    void PyErr_Clear()
-
-
 cdef bint _is_unresolved_conjugate(object x):
     """A lazily conjugated complex tensor (x.is_conj() true): PyTorch 2.13's
     table exports it without the conjugation, wrong values with no error,
@@ -168,15 +155,18 @@ cdef bint _is_unresolved_conjugate(object x):
 
 
 cdef Array _import_via_exchange_api(DLPackExchangeAPI* api, object x):
-    """x's tensor through its type's table, or None when the table fails in
-    any way (an error, -1 with no error, no tensor, a tensor the checks
-    refuse, whose deleter has then run): the caller then asks __dlpack__,
-    so that errors come out exactly as __dlpack__ gives them."""
+    """x's tensor through its type's table, or None when the table's export
+    fails in any way (an error, a nonzero status with no error, an error
+    with status 0, no tensor, a tensor the checks refuse, whose deleter has
+    then run): the caller then asks __dlpack__, so that errors come out
+    exactly as __dlpack__ gives them. A failing current_work_stream is a
+    BufferError (docs/exchange_api.md)."""
     cdef DLManagedTensorVersioned* m = NULL
     cdef void* producer_stream = NULL
     cdef Array a
-    if dlref_table_export(api, <PyObject*>x, &m) != 0 or m == NULL:
-        PyErr_Clear()
+    cdef int status = dlpack_ref_api_table_from_py(api, <PyObject*>x, &m)
+    if dlpack_ref_table_failed(status) or m == NULL:
+        _dlpack_ref_err_clear()
         if m != NULL:
             # A tensor with a failure status is not trusted, but it is ours to free.
             _call_deleter(m, True)
@@ -191,7 +181,12 @@ cdef Array _import_via_exchange_api(DLPackExchangeAPI* api, object x):
     if dlpack_ref_device_cuda_family(a._device.device_type):
         # "NoSync": ordering is ours to do: wait for the producer's stream.
         if api.current_work_stream != NULL:
-            api.current_work_stream(a._device.device_type, a._device.device_id, &producer_stream)
+            status = dlpack_ref_api_table_stream(api, a._device.device_type, a._device.device_id,
+                                                 &producer_stream)
+            if dlpack_ref_table_failed(status):
+                # The tensor is there but its ordering is unknown: refused
+                # (dropping `a` runs its deleter), not read unordered.
+                raise dlpack_ref_table_error(type(x), "current_work_stream", status)
         _cuda().wait_for_producer(_work_of(a), a._device.device_type, a._device.device_id,
                                   <uintptr_t>producer_stream)
     return a

@@ -20,6 +20,11 @@ cdef int _copy_for_consumer(void* ctx, const DLTensor* src, DLDevice target, PyO
     """The producer call's copy callback: a copy on target, ordered on the
     consumer's stream as passed."""
     cdef Array c = _copy_to(<Array>ctx, target, <object>stream)
+    if dlpack_ref_device_cuda_family(c._device.device_type):
+        # The copy ran on a stream of the source's device; the consumer's
+        # stream is one of the target's (another GPU, or the host for
+        # managed memory with stream=None).
+        _cuda().export_copy(_work_of(c), c._device.device_type, c._device.device_id, <object>stream)
     _borrow_dltensor(c, out)
     Py_INCREF(c)
     out_owner[0] = <PyObject*>c

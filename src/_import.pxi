@@ -88,9 +88,6 @@ cdef extern from *:
         if (overflow || (iv == -1 && PyErr_Occurred())) { PyErr_Clear(); return 0; }
         return tv == type && iv == id;
     }
-
-    /* -1 with the error of a failed call still set: raises it in Cython. */
-    static int dlref_pending_error(void) { return -1; }
     """
     ctypedef struct dlref_method_memo:
         pass
@@ -99,10 +96,9 @@ cdef extern from *:
     object dlref_call_method(dlref_method_memo* memo, object name, PyObject** args, size_t nargs, PyObject* kwnames)
     # The same call with its failure left pending (NULL, the error set): the
     # hot paths enter no try block (whose exception-state bookkeeping is paid
-    # on success too) and hand a failure to _reraise below.
+    # on success too) and hand a failure to dlpack_ref_raise_pending.
     PyObject* dlref_call_method_or_null "dlref_call_method"(
         dlref_method_memo* memo, object name, PyObject** args, size_t nargs, PyObject* kwnames)
-    int _reraise "dlref_pending_error"() except -1
     bint dlref_device_answer_is(object answer, int32_t type, int32_t id)
 
 cdef dlref_method_memo _dlpack_memo
@@ -247,7 +243,7 @@ cdef object _dlpack_failed(object x):
     """The plain path's answer to a failed x.__dlpack__(max_version=...) (the
     error pending)."""
     try:
-        _reraise()
+        dlpack_ref_raise_pending()
     except TypeError:
         if not hasattr(x, "__dlpack__"):
             raise _not_dlpack(x) from None
@@ -276,7 +272,7 @@ cdef object _ask_dlpack_device(object x):
         Py_DECREF(result)   # the call's reference, now result's
         return result
     try:
-        _reraise()
+        dlpack_ref_raise_pending()
     except AttributeError:
         if not hasattr(x, "__dlpack_device__"):
             raise _not_dlpack(x) from None
@@ -349,7 +345,7 @@ def from_dlpack(x, /, *, device=None, copy=None):
             return _alias(<Array>x)
     if PyCapsule_CheckExact(x):
         a = _array_from_capsule(x)
-        return _finish_import(a, target if have_target else a._device, copy, False)
+        return _finish_import(a, x, target if have_target else a._device, copy, False)
     if not hasattr(x, "__dlpack__"):
         raise _not_dlpack(x)
     source = _dlpack_device_of(x)
@@ -406,13 +402,20 @@ def from_dlpack(x, /, *, device=None, copy=None):
             (stream > 2 or a._device.device_id == source.device_id):
         # The producer ordered the data on our stream: its last write.
         _cuda().imported(_work_of(a), a._device.device_type, a._device.device_id, stream)
-    return _finish_import(a, target, copy, producer_did_it, stream)
+    return _finish_import(a, x, target, copy, producer_did_it, stream)
 
 
-cdef Array _finish_import(Array a, DLDevice target, object copy, bint producer_did_it, object stream=None):
+cdef Array _finish_import(Array a, object x, DLDevice target, object copy, bint producer_did_it,
+                          object stream=None):
     """Apply the device and copy requests the producer did not."""
-    cdef bint copied = producer_did_it and a._managed_versioned and \
+    cdef bint flagged = a._managed_versioned and \
         ((<DLManagedTensorVersioned*>a._managed).flags & DLPACK_FLAG_BITMASK_IS_COPIED) != 0
+    if copy is False and flagged:
+        # Whoever made the tensor copied, so the result would not share the
+        # producer's memory, which is what copy=False promises; a bare
+        # capsule is judged by the same flag (docs/semantics.md).
+        dlpack_ref_refuse_copied(x)
+    cdef bint copied = producer_did_it and flagged
     if copy is True and not copied:
         return _copy_to(a, target, stream)
     if not _can_access(target, a._device):

@@ -104,6 +104,24 @@ cdef extern from "dlpack_ref.h":
     void* dlpack_ref_claim(object capsule, bint* versioned) except NULL
     int dlpack_ref_take(object capsule, DLPackRefTensor* out) except -1
     const DLPackExchangeAPI* dlpack_ref_exchange_api(object tp) except? NULL
+
+    # calls into another library's exchange table: the status as a plain
+    # int (a table may return nonzero with no exception set, or set one and
+    # return 0); dlpack_ref_table_failed says whether it failed and
+    # dlpack_ref_table_error gives the exception to raise
+    int dlpack_ref_api_table_from_py(const DLPackExchangeAPI* api, PyObject* obj,
+                                     DLManagedTensorVersioned** out) noexcept
+    int dlpack_ref_api_table_to_py(const DLPackExchangeAPI* api, DLManagedTensorVersioned* tensor,
+                                   void** out) noexcept
+    int dlpack_ref_api_table_view(const DLPackExchangeAPI* api, PyObject* obj, DLTensor* out) noexcept
+    int dlpack_ref_api_table_stream(const DLPackExchangeAPI* api, int32_t device_type, int32_t device_id,
+                                    void** out) noexcept
+    # Raises the exception left pending by a call that failed.
+    int dlpack_ref_raise_pending "dlpack_ref_api_pending_error"() except -1
+    bint dlpack_ref_table_failed(int status) noexcept
+    object dlpack_ref_table_error(object tp, const char* function, int status)
+    PyObject* _dlpack_ref_err_occurred "PyErr_Occurred"() noexcept
+    void _dlpack_ref_err_clear "PyErr_Clear"() noexcept
     int dlpack_ref_import(object obj, DLPackRefTensor* out) except -1
 
     # dlpack_ref.Array, through its exchange table (needs dlpack-ref installed)
@@ -121,6 +139,7 @@ cdef extern from "dlpack_ref.h":
     int dlpack_ref_set_copy_forbidden_error(object cls) except -1
     PyObject* dlpack_ref_copy_forbidden_error() except NULL
     int dlpack_ref_refuse_copy(DLDevice mem, DLDevice target, bint importing) except -1
+    int dlpack_ref_refuse_copied(object x) except -1
     int dlpack_ref_check_legacy_export(const DLTensor* t, uint64_t flags, object owner) except -1
 
     # the producer protocol: what an array tells it, and the calls its

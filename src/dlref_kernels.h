@@ -826,13 +826,26 @@ static int64_t dlref_convert(char* dst, const int64_t* dst_strides, int dt, cons
 /* --- Python values in and out (nested sequences, scalars, tolist) ----------- */
 #ifdef Py_PYTHON_H
 
-enum { DLREF_KIND_NONE, DLREF_KIND_OF_BOOL, DLREF_KIND_OF_INT, DLREF_KIND_OF_FLOAT, DLREF_KIND_OF_COMPLEX };
+/* DLREF_KIND_OTHER: some leaf is not a Python scalar (a NumPy scalar, a 0-d
+   array, an object with __index__ or __float__); the caller reads the
+   leaves again one by one (_array.pxi, _other_leaves). */
+enum { DLREF_KIND_NONE, DLREF_KIND_OF_BOOL, DLREF_KIND_OF_INT, DLREF_KIND_OF_FLOAT, DLREF_KIND_OF_COMPLEX,
+       DLREF_KIND_OTHER };
 
+/* Subclasses of int, float and complex count as those: the ones that carry
+   a dtype (np.float64, np.complex128) have exactly the default one. */
 static int dlref_leaf_kind(PyObject* o) {
     if (PyBool_Check(o)) return DLREF_KIND_OF_BOOL;
     if (PyLong_Check(o)) return DLREF_KIND_OF_INT;
     if (PyFloat_Check(o)) return DLREF_KIND_OF_FLOAT;
     if (PyComplex_Check(o)) return DLREF_KIND_OF_COMPLEX;
+    return DLREF_KIND_OTHER;
+}
+
+/* The kind of a leaf that is no Python scalar and carries no dtype: an
+   integer (__index__), a real (__float__) or a complex (__complex__) of
+   another library; -1 with TypeError for anything else. */
+static int dlref_other_leaf_kind(PyObject* o) {
     if (!PyUnicode_Check(o) && !PyBytes_Check(o) && !PyObject_HasAttrString(o, "__len__")) {
         if (PyIndex_Check(o)) return DLREF_KIND_OF_INT;
         if (Py_TYPE(o)->tp_as_number && Py_TYPE(o)->tp_as_number->nb_float) return DLREF_KIND_OF_FLOAT;

@@ -18,6 +18,7 @@ import dlpack_ref
 from dlpack_ref import from_dlpack
 from support.malformed import INT64_MAX, INT64_MIN, MALFORMED
 from dlpack_ref.testing import (
+    FLAG_IS_COPIED,
     FLAG_READ_ONLY,
     NAME_LEGACY,
     NAME_USED_LEGACY,
@@ -424,3 +425,39 @@ def test_foreign_producer_records_calls_and_reports_its_device(factory):
     assert capsule_name(old.__dlpack__(stream=None)) == NAME_LEGACY
     del cap
     assert deleter_calls(factory) == 3
+
+
+# --- copy=False and a tensor that is a copy ------------------------------------
+
+@pytest.mark.parametrize("how", ["producer", "capsule", "producer refusing copy="])
+def test_copy_false_refuses_a_tensor_flagged_is_copied(factory, how):
+    # A producer that copied although asked not to (or a capsule that says it
+    # is a copy): the result would not share the producer's memory.
+    if how == "capsule":
+        x = factory.make(shape=(3,), flags=FLAG_IS_COPIED, versioned=True)
+        said = "the capsule's tensor"
+    elif how == "producer":
+        x = ForeignProducer(factory, shape=(3,), flags=FLAG_IS_COPIED)
+        said = "the tensor ForeignProducer.__dlpack__ returned"
+    else:
+        class Refusing(ForeignProducer):
+            def __dlpack__(self, **kwargs):
+                if "copy" in kwargs:
+                    self.calls.append(dict(kwargs))
+                    raise BufferError("no copy= here")
+                return super().__dlpack__(**kwargs)
+        x = Refusing(factory, shape=(3,), flags=FLAG_IS_COPIED)
+        said = "the tensor Refusing.__dlpack__ returned"
+    with pytest.raises(dlpack_ref.CopyForbiddenError) as info:
+        from_dlpack(x, copy=False)
+    assert str(info.value) == (f"copy=False, but {said} is flagged DLPACK_FLAG_BITMASK_IS_COPIED (a copy, not "
+                               "the producer's memory); its deleter was called")
+    assert isinstance(info.value, BufferError) and isinstance(info.value, ValueError)
+    del info
+    assert deleter_calls(factory) == 1
+    # Without copy=False the same tensor is accepted in place (the flag is
+    # information, not a defect).
+    a = from_dlpack(factory.make(shape=(3,), flags=FLAG_IS_COPIED, versioned=True), copy=None)
+    assert a.data_ptr == factory.last_data
+    del a
+    assert deleter_calls(factory) == 2

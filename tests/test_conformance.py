@@ -203,3 +203,14 @@ def test_exchange_matrix_with_a_producer_only_library():
     assert cells[("pyarrow", "dlpack_ref")]["works"] is True
     assert cells[("pyarrow", "dlpack_ref")]["values_ok"] is True
     assert cells[("dlpack_ref", "pyarrow")] == {"works": False, "exc_type": None, "exc_message": "no from_dlpack"}
+
+
+def test_a_table_failing_without_an_exception_fails_the_exchange_api_check(tmp_path):
+    from support import hostile_table
+    lib = hostile_table.build(tmp_path)
+    inner = dr.zeros((2, 3))
+    cls = hostile_table.publishing_type(hostile_table.table(lib), lambda self, **kw: inner.__dlpack__(**kw))
+    lib.hostile_set(None, hostile_table.SILENT_MINUS_ONE, 0, 0, 0)
+    [r] = conf.check(producer_factory=lambda dtype, shape, readonly=False: cls(), only=["producer.exchange_api"])
+    assert r.status is Status.FAIL
+    assert r.detail == "managed_tensor_from_py_object_no_sync returned -1 without setting an exception"

@@ -17,6 +17,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -371,6 +372,7 @@ def test_every_stream_value_orders_the_consumer_after_the_pending_work(streams, 
     assert as_f32(read_on(reader, a.data_ptr, N * 4)).tolist() == VALUES.tolist()
 
 
+@pytest.mark.thread_unsafe(reason="expects stale bytes, which another thread's reads of reused pool memory change")
 def test_stream_minus_one_orders_nothing(sim, streams):
     s, c = streams.new(), streams.new()
     a = pending_on(s)
@@ -443,3 +445,236 @@ def test_no_device_wide_synchronization(sim, streams):
     a.to_device("cuda_managed:0").tolist()
     a[1:3] = dr.zeros(2, dtype="float32", device="cuda:0")
     assert sim.counter("ctx_sync") == 0
+
+
+# --- cross-device copies: ordered for every stream of the target device -------
+#
+# The source is on cuda:0 with its write pending on a non-blocking stream;
+# each path moves it to cuda:1, the result is exported with a stream of
+# cuda:1 and read there. The peer copy runs on a stream of device 0 (Copies,
+# docs/cuda.md), so only an event recorded after it and waited on by the
+# export orders the target's stream. Values are random per test: memory
+# reused from an earlier test must not pass for the copy's bytes.
+
+class _OldProducer:
+    """A pre-1.0 producer: no max_version, dl_device or copy, so
+    from_dlpack copies across devices itself."""
+
+    def __init__(self, a):
+        self._a = a
+
+    def __dlpack__(self, stream=None):
+        return self._a.__dlpack__(stream=stream)
+
+    def __dlpack_device__(self):
+        return self._a.__dlpack_device__()
+
+
+def _zeros_on_1(n):
+    return dr.zeros(n, dtype="float32", device="cuda:1")
+
+
+def _assign(a):
+    b = _zeros_on_1(N)
+    b[...] = a
+    return b
+
+
+def _assign_view(a):
+    base = _zeros_on_1(2 * N)
+    base[N:] = a
+    return base[N:]
+
+
+def _in_target_stream_context(a, streams):
+    with cuda.stream(streams.new(1)):
+        return dr.from_dlpack(a, device="cuda:1")
+
+
+CROSS_DEVICE_PATHS = {
+    "to_device": lambda a, streams: a.to_device("cuda:1"),
+    "to_device_on_a_source_stream": lambda a, streams: a.to_device("cuda:1", stream=streams.new(0)),
+    "from_dlpack_device": lambda a, streams: dr.from_dlpack(a, device="cuda:1"),
+    "from_dlpack_device_copy": lambda a, streams: dr.from_dlpack(a, device="cuda:1", copy=True),
+    "from_dlpack_device_in_a_target_stream_context": _in_target_stream_context,
+    "from_dlpack_device_old_producer": lambda a, streams: dr.from_dlpack(_OldProducer(a), device="cuda:1"),
+    "dlpack_dl_device_copy": lambda a, streams: dr.from_dlpack(
+        a.__dlpack__(max_version=(1, 3), dl_device=(2, 1), copy=True)),
+    "assignment": lambda a, streams: _assign(a),
+    "assignment_into_a_view": lambda a, streams: _assign_view(a),
+}
+
+
+def _target_stream(kind, streams):
+    """(the stream value an export is given, the stream that reads) on cuda:1."""
+    if kind == "handle":
+        c = streams.new(1)
+        return c, c
+    return {"legacy": (1, 1), "per_thread": (2, 2)}[kind]
+
+
+@pytest.mark.skipif("_devices() < 2", reason="needs two CUDA devices")
+@pytest.mark.parametrize("target", ["legacy", "per_thread", "handle"])
+@pytest.mark.parametrize("path", sorted(CROSS_DEVICE_PATHS))
+def test_a_cross_device_result_is_ordered_for_every_stream_of_the_target(streams, path, target):
+    values = np.random.default_rng().random(N, dtype=np.float32)
+    a = pending_on(streams.new(0), values=values)
+    b = CROSS_DEVICE_PATHS[path](a, streams)
+    assert b.device == dr.Device("cuda", 1) and b.data_ptr != a.data_ptr
+    value, reader = _target_stream(target, streams)
+    b.__dlpack__(max_version=(1, 3), stream=value)
+    assert as_f32(read_on(reader, b.data_ptr, N * 4, device=1)).tolist() == values.tolist()
+
+
+@pytest.mark.skipif("_devices() < 2", reason="needs two CUDA devices")
+@pytest.mark.parametrize("target", ["none", "legacy", "per_thread", "handle"])
+def test_a_dl_device_copy_to_another_gpu_is_ordered_on_the_consumers_stream_there(streams, target):
+    """__dlpack__(dl_device=(CUDA, 1), copy=True, stream=s): s names a
+    stream of cuda:1, where the consumer uses the copy (None: its legacy
+    default stream)."""
+    values = np.random.default_rng().random(N, dtype=np.float32)
+    a = pending_on(streams.new(0), values=values)
+    value, reader = (None, 1) if target == "none" else _target_stream(target, streams)
+    cap = a.__dlpack__(max_version=(1, 3), dl_device=(2, 1), copy=True, stream=value)
+    info = read_capsule(cap)
+    assert info["device"] == (2, 1) and info["flags"] & 2
+    assert as_f32(read_on(reader, info["data"], N * 4, device=1)).tolist() == values.tolist()
+    del cap     # read while the capsule holds the copy
+
+
+@pytest.mark.skipif("_devices() < 2", reason="needs two CUDA devices")
+@pytest.mark.parametrize("device_id", [0, 1])
+def test_a_dl_device_copy_into_managed_memory_with_stream_none_is_readable_by_the_host(streams, device_id):
+    """Managed memory exported with stream=None may be read on the host
+    (the stream model): a copy into it is waited for like any write."""
+    values = np.random.default_rng().random(N, dtype=np.float32)
+    a = pending_on(streams.new(0), values=values)
+    cap = a.__dlpack__(max_version=(1, 3), dl_device=(13, device_id), copy=True)
+    info = read_capsule(cap)
+    assert info["device"] == (13, device_id) and info["flags"] & 2
+    got = np.frombuffer(ctypes.string_at(info["data"], N * 4), dtype=np.float32)
+    assert got.tolist() == values.tolist()
+    del cap
+
+
+# --- threads sharing one pending-work record -----------------------------------
+#
+# Each block has one record, read and replaced by every thread that writes
+# or exports it. These tests start their own threads (8, as the free
+# threading tests do); pytest-run-parallel runs them once.
+
+N_THREADS = 8
+ROUNDS = int(os.environ.get("DLPACK_REF_STRESS_ROUNDS", "40"))
+
+
+def _run_threads(work):
+    """work(k) on N_THREADS threads released together; the first exception
+    any of them raised is raised here."""
+    barrier = threading.Barrier(N_THREADS)
+    errors = []
+
+    def body(k):
+        try:
+            barrier.wait()
+            work(k)
+        except BaseException as exc:  # re-raised below
+            errors.append(exc)
+            barrier.abort()
+
+    threads = [threading.Thread(target=body, args=(k,)) for k in range(N_THREADS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+
+
+@pytest.mark.thread_unsafe(reason="patches the shared runtime and starts its own threads")
+def test_an_export_while_another_thread_turns_the_legacy_write_into_an_event(streams, monkeypatch):
+    """Thread A exports a block whose last write is on the legacy stream
+    and is paused inside that export, between reading the record and
+    replacing it with an event; thread B exports the same block meanwhile.
+    B's stream must still wait for the write (it did not: B saw a record
+    with nothing pending, and read stale bytes)."""
+    values = np.random.default_rng().random(N, dtype=np.float32)
+    a = dr.asarray(values, device="cuda:0")      # copied in on the legacy stream
+    c_a, c_b = streams.new(), streams.new()
+    rt = _rt()
+    take_event = rt.take_event
+    a_thread, b_started = [], threading.Event()
+
+    def paused_take_event(device_id):
+        if threading.get_ident() in a_thread:
+            b_started.wait(5)
+            time.sleep(0.2)      # B runs its export now (or blocks on the record)
+        return take_event(device_id)
+
+    monkeypatch.setattr(rt, "take_event", paused_take_event, raising=False)
+    got = {}
+
+    def export_a():
+        a_thread.append(threading.get_ident())
+        a.__dlpack__(max_version=(1, 3), stream=c_a)
+
+    def export_b():
+        b_started.set()
+        a.__dlpack__(max_version=(1, 3), stream=c_b)
+        got["b"] = as_f32(read_on(c_b, a.data_ptr, N * 4))
+
+    threads = [threading.Thread(target=export_a), threading.Thread(target=export_b)]
+    threads[0].start()
+    while not a_thread:
+        time.sleep(0.001)
+    threads[1].start()
+    for t in threads:
+        t.join(10)
+    monkeypatch.undo()
+    assert got["b"].tolist() == values.tolist()
+    assert as_f32(read_on(c_a, a.data_ptr, N * 4)).tolist() == values.tolist()
+
+
+@pytest.mark.thread_unsafe(reason="starts its own threads")
+def test_eight_threads_writing_views_and_exporting_one_block_read_their_bytes(streams):
+    """Every round, each of 8 threads fills its slice of one shared block
+    from data still pending on its own non-blocking stream (an assignment
+    into a view), exports the view and the whole block to another
+    non-blocking stream of its own and reads its slice there; then one
+    export per thread of a fresh view reads the whole block."""
+    K = 256
+    base = dr.zeros(N_THREADS * K, dtype="float32", device="cuda:0")
+    own = [(streams.new(), streams.new()) for _ in range(N_THREADS)]
+    rng = np.random.default_rng()
+    rounds = [rng.random((N_THREADS, K), dtype=np.float32) for _ in range(ROUNDS)]
+    barrier = threading.Barrier(N_THREADS, timeout=60)
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)     # with the GIL: switch threads inside the record's updates
+
+    def work(k):
+        try:
+            rounds_of(k)
+        except BaseException:
+            barrier.abort()     # the others stop waiting for this thread
+            raise
+
+    def rounds_of(k):
+        s, c = own[k]
+        for r in range(ROUNDS):
+            mine = rounds[r][k]
+            view = base[k * K:(k + 1) * K]
+            view[...] = pending_on(s, values=mine)
+            view.__dlpack__(max_version=(1, 3), stream=c)
+            assert as_f32(read_on(c, view.data_ptr, K * 4)).tolist() == mine.tolist(), (k, r, "view")
+            base.__dlpack__(max_version=(1, 3), stream=c)
+            assert as_f32(read_on(c, view.data_ptr, K * 4)).tolist() == mine.tolist(), (k, r, "base")
+            barrier.wait()
+            whole = base[:]
+            whole.__dlpack__(max_version=(1, 3), stream=2)
+            assert as_f32(read_on(2, whole.data_ptr, N_THREADS * K * 4)).tolist() == \
+                rounds[r].ravel().tolist(), (k, r, "whole")
+            barrier.wait()
+
+    try:
+        _run_threads(work)
+    finally:
+        sys.setswitchinterval(switch)

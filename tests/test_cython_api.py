@@ -3,6 +3,7 @@ extension, tests/cython_api_ext/api_demo.pyx, is compiled against the
 installed package and exchanges arrays with dlpack-ref, NumPy and PyTorch
 in both directions."""
 
+import ctypes
 import gc
 import os
 import sys
@@ -181,3 +182,89 @@ def test_take_accepts_null_strides_before_1_2(ext, factory):
     cap = factory.make(strides="null", version=(1, 1))
     assert ext.describe(cap)[2] is None
     assert factory.deleter_calls == 1
+
+
+# --- the API's calls into a table that fails -----------------------------------
+# dlpack_ref_import falls back to __dlpack__ when a table's export fails in any
+# way (freeing a tensor handed out with the failure); dlpack_ref_view and
+# dlpack_ref_to_array raise a BufferError naming the table's type and function.
+# Never a SystemError (docs/exchange_api.md, "Calls into a foreign table").
+
+from support import hostile_table  # noqa: E402
+from dlpack_ref.testing import NAME_EXCHANGE_API, NAME_USED_VERSIONED, NAME_VERSIONED, DLPackExchangeAPI, c_api  # noqa: E402
+
+_GetPointer = c_api("PyCapsule_GetPointer", ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)
+_SetName = c_api("PyCapsule_SetName", ctypes.c_int, ctypes.py_object, ctypes.c_char_p)
+
+
+@pytest.fixture(scope="module")
+def hostile_lib(tmp_path_factory):
+    return hostile_table.build(tmp_path_factory.mktemp("hostile_table"))
+
+
+def _taken(capsule):
+    address = _GetPointer(capsule, NAME_VERSIONED)
+    _SetName(capsule, NAME_USED_VERSIONED)
+    return address
+
+
+@pytest.mark.parametrize("failure", sorted(hostile_table.FAILURES))
+def test_import_falls_back_when_the_table_export_fails(ext, hostile_lib, factory, failure):
+    inner = dlpack_ref.asarray([[1.0, 2.0]])
+    calls = []
+
+    def dunder(self, **kwargs):
+        calls.append(kwargs)
+        return inner.__dlpack__(**kwargs)
+
+    cls = hostile_table.publishing_type(hostile_table.table(hostile_lib), dunder)
+    hostile_lib.hostile_set(_taken(factory.make(shape=(2,))), hostile_table.FAILURES[failure], 0, 0, 0)
+    assert ext.total(cls()) == 3.0
+    assert calls == [{"max_version": (1, 3)}]
+    gc.collect()
+    assert factory.deleter_calls == 1
+
+
+def _array_table():
+    cap = dlpack_ref.Array.__dict__["__dlpack_c_exchange_api__"]
+    return DLPackExchangeAPI.from_address(_GetPointer(cap, NAME_EXCHANGE_API))
+
+
+VIEW_MESSAGES = {
+    "silent -1": "returned -1 without setting an exception",
+    "silent 7": "returned 7 without setting an exception",
+    "error with 0": "returned 0 but set RuntimeError: hostile {function}",
+}
+
+
+@pytest.mark.thread_unsafe(reason="swaps a function of dlpack_ref.Array's own table for the test")
+@pytest.mark.parametrize("failure", sorted(hostile_table.FAILURES))
+@pytest.mark.parametrize("function", ["dltensor_from_py_object_no_sync", "managed_tensor_to_py_object_no_sync"])
+def test_view_and_to_array_report_a_failing_table(ext, hostile_lib, factory, failure, function):
+    api = _array_table()
+    hostile = hostile_table.table(hostile_lib)
+    saved = getattr(api, function)
+    mode = hostile_table.FAILURES[failure]
+    hostile_lib.hostile_set(None, 0, 0, mode, mode)
+    a = dlpack_ref.asarray([1.0, 2.0])
+    setattr(api, function, getattr(hostile, function))
+    try:
+        with pytest.raises(Exception) as info:
+            if function == "dltensor_from_py_object_no_sync":
+                ext.view(a)
+            else:
+                ext.capsule_to_array(factory.make(shape=(2,)))
+    finally:
+        setattr(api, function, saved)
+    if failure == "error with -1":
+        # The header's own failure: the table's exception, as it is.
+        assert type(info.value) is RuntimeError and str(info.value) == f"hostile {function}"
+    else:
+        assert type(info.value) is BufferError
+        assert str(info.value) == (f"the DLPack exchange API of Array failed in {function}: "
+                                   + VIEW_MESSAGES[failure].format(function=function))
+        assert type(info.value.__cause__) is (RuntimeError if failure == "error with 0" else type(None))
+    del info
+    gc.collect()
+    # to_py owns the tensor from the call on (the header), and freed it once.
+    assert factory.deleter_calls == (function == "managed_tensor_to_py_object_no_sync")

@@ -339,3 +339,20 @@ def test_bfloat16_arrays_use_the_encoder():
 def test_packed_subbyte_decoding_is_little_bit_endian():
     assert _format.unpack_bits(bytes([0x21, 0x43]), 4, 4) == [1, 2, 3, 4]
     assert _format.unpack_bits(bytes([0b11000001, 0b1111]), 6, 2) == [1, 0b111111]
+
+
+def test_result_type_is_numpys_for_every_pair_of_standard_dtypes():
+    np = pytest.importorskip("numpy")
+    from dlpack_ref._dtypes import DTYPES, result_type
+    names = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+             "float16", "float32", "float64", "complex64", "complex128"]
+    for a in names:
+        for b in names:
+            assert result_type([DTYPES[a], DTYPES[b]]).name == np.result_type(a, b).name, (a, b)
+    assert result_type([]) is DTYPES["float64"]
+    # The documented rule for the extended floats (docs/semantics.md).
+    assert result_type([DTYPES["bfloat16"], DTYPES["bool"], DTYPES["bfloat16"]]) is DTYPES["bfloat16"]
+    assert result_type([DTYPES["bfloat16"], DTYPES["int8"]]) is DTYPES["float32"]
+    assert result_type([DTYPES["float8_e4m3fn"], DTYPES["float64"]]) is DTYPES["float64"]
+    with pytest.raises(TypeError, match="float4_e2m1fn_x2 \\(lanes=2\\) has no promotion rule"):
+        result_type([DTYPES["float4_e2m1fn_x2"]])

@@ -500,3 +500,94 @@ def test_cuda_core_strided_memory_view_reads_an_array():
     a = float32_array(readonly=True)
     view = StridedMemoryView.from_dlpack(a, stream_ptr=-1)
     assert view.ptr == a.data_ptr and view.shape == (6,) and view.readonly
+
+
+# --- a foreign table that fails in every way a table can -----------------------
+# (tests/support/hostile_table.c). A failing export falls back to __dlpack__;
+# a failing current_work_stream is a BufferError naming the type and the
+# function; either way the tensor the table handed out is freed exactly once
+# and nothing ends in SystemError (docs/exchange_api.md).
+
+from support import hostile_table  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def hostile_lib(tmp_path_factory):
+    return hostile_table.build(tmp_path_factory.mktemp("hostile_table"))
+
+
+def _hostile_producer(lib, inner, device=(KDLCPU, 0)):
+    calls = []
+
+    def dunder(self, **kwargs):
+        calls.append(kwargs)
+        return inner.__dlpack__(**kwargs)
+
+    return hostile_table.publishing_type(hostile_table.table(lib), dunder, device), calls
+
+
+@pytest.mark.parametrize("failure", sorted(hostile_table.FAILURES))
+def test_a_failing_table_export_falls_back_and_frees_the_tensor_it_handed_out(hostile_lib, factory, failure):
+    inner = dlpack_ref.asarray([1.0, 2.0, 3.0])
+    cls, calls = _hostile_producer(hostile_lib, inner)
+    hostile_lib.hostile_set(take_tensor(factory.make(shape=(2,))), hostile_table.FAILURES[failure], 0, 0, 0)
+    a = dlpack_ref.from_dlpack(cls())
+    assert a.data_ptr == inner.data_ptr and a.tolist() == [1.0, 2.0, 3.0]
+    assert calls == [{"max_version": (1, 3)}]
+    gc.collect()
+    assert factory.deleter_calls == 1
+
+
+def test_a_working_hostile_table_is_used(hostile_lib, factory):
+    inner = dlpack_ref.asarray([1.0])
+    cls, calls = _hostile_producer(hostile_lib, inner)
+    hostile_lib.hostile_set(take_tensor(factory.make(shape=(2,))), hostile_table.WORKS, 0, 0, 0)
+    a = dlpack_ref.from_dlpack(cls())
+    assert a.data_ptr == factory.last_data and calls == []
+    del a
+    gc.collect()
+    assert factory.deleter_calls == 1
+
+
+CWS_MESSAGES = {
+    "silent -1": "returned -1 without setting an exception",
+    "silent 7": "returned 7 without setting an exception",
+    "error with 0": "returned 0 but set RuntimeError: hostile current_work_stream",
+}
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("failure", sorted(hostile_table.FAILURES))
+def test_a_failing_current_work_stream_is_refused_and_frees_the_tensor_once(
+        hostile_lib, factory, sim, failure):
+    inner = dlpack_ref.asarray([1.0])
+    cls, calls = _hostile_producer(hostile_lib, inner, device=(2, 0))
+    hostile_lib.hostile_set(take_tensor(factory.make(shape=(2,), device=(2, 0))), hostile_table.WORKS,
+                            hostile_table.FAILURES[failure], 0, 0)
+    with pytest.raises(Exception) as info:
+        dlpack_ref.from_dlpack(cls())
+    if failure == "error with -1":
+        # The header's own failure: the producer's exception, as it is.
+        assert type(info.value) is RuntimeError and str(info.value) == "hostile current_work_stream"
+    else:
+        assert type(info.value) is BufferError
+        assert str(info.value) == ("the DLPack exchange API of Hostile failed in current_work_stream: "
+                                   + CWS_MESSAGES[failure])
+        assert type(info.value.__cause__) is (RuntimeError if failure == "error with 0" else type(None))
+    assert calls == []
+    del info
+    gc.collect()
+    assert factory.deleter_calls == 1
+
+
+@pytest.mark.cuda
+def test_a_working_current_work_stream_imports_cuda_data_in_place(hostile_lib, factory, sim):
+    inner = dlpack_ref.asarray([1.0])
+    cls, calls = _hostile_producer(hostile_lib, inner, device=(2, 0))
+    hostile_lib.hostile_set(take_tensor(factory.make(shape=(2,), device=(2, 0))), hostile_table.WORKS,
+                            hostile_table.WORKS, 0, 0)
+    a = dlpack_ref.from_dlpack(cls())
+    assert a.data_ptr == factory.last_data and a.device == dlpack_ref.Device("cuda:0") and calls == []
+    del a
+    gc.collect()
+    assert factory.deleter_calls == 1

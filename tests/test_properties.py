@@ -265,3 +265,124 @@ def test_asarray_of_a_hand_built_buffer_reads_what_numpy_reads(layout):
 def test_asarray_of_a_python_scalar_matches_numpy(value):
     a, n = dr.asarray(value), np.asarray(value)
     assert a.shape == () and a.tolist() == n.tolist()
+
+
+# --- iteration -------------------------------------------------------------------
+
+@property_settings
+@given(n=arrays(min_ndim=0, max_ndim=4))
+def test_iteration_yields_what_numpy_yields(n):
+    a = to_dr(n)
+    if n.ndim == 0:
+        # NumPy: TypeError('iteration over a 0-d array'); the same words for an Array.
+        with pytest.raises(TypeError, match="^iteration over a 0-d array$"):
+            iter(n)
+        with pytest.raises(TypeError, match="^iteration over a 0-d Array$"):
+            iter(a)
+        with pytest.raises(TypeError):
+            list(a)
+        return
+    items, expected = list(a), list(n)
+    assert len(items) == len(expected) == n.shape[0]
+    for i, (item, want) in enumerate(zip(items, expected)):
+        # NumPy yields views of the rows (its scalars for a 1-d array);
+        # dlpack-ref yields views, 0-d Arrays for a 1-d Array (docs/semantics.md).
+        assert type(item) is dr.Array and item.shape == np.shape(want)
+        assert item.tolist() == want.tolist()
+        if item.size:
+            assert item.data_ptr == n.ctypes.data + i * n.strides[0]
+
+
+# --- asarray's dtype for sequences of NumPy scalars and 0-d arrays ----------------
+
+try:
+    import ml_dtypes
+except ImportError:  # the extended floats are then left out of the leaves
+    ml_dtypes = None
+STANDARD = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+            "float16", "float32", "float64", "complex64", "complex128"]
+# bfloat16 and the float8/6/4 types: ml_dtypes', outside NumPy's own lattice.
+EXTENDED = [name for name, dt in dr.DTYPES.items()
+            if dt.kind == "real floating" and name not in STANDARD and dt.lanes == 1]
+
+
+def _numpy_dtype(name):
+    return np.dtype(name) if name in STANDARD else np.dtype(getattr(ml_dtypes, name))
+
+
+@st.composite
+def leaves(draw):
+    """A Python scalar, a NumPy (or ml_dtypes) scalar or a 0-d NumPy array of
+    any dtype dlpack-ref has; values 1 and 2 are exact in every one."""
+    value = draw(st.sampled_from([1, 2]))
+    which = draw(st.sampled_from(["bool", "int", "float", "complex", "scalar", "0-d"]))
+    if which == "bool":
+        return value == 1
+    if which in ("int", "float", "complex"):
+        return {"int": int, "float": float, "complex": complex}[which](value)
+    names = STANDARD + (EXTENDED if ml_dtypes is not None else [])
+    dtype = _numpy_dtype(draw(st.sampled_from(names)))
+    zero_d = np.array(value).astype(dtype)
+    return zero_d if which == "0-d" else zero_d[()]
+
+
+@st.composite
+def mixed_sequences(draw):
+    shape = tuple(draw(st.lists(st.integers(1, 3), min_size=1, max_size=3)))
+    flat = [draw(leaves()) for _ in range(int(np.prod(shape)))]
+
+    def nest(items, dims):
+        if len(dims) == 1:
+            return list(items)
+        step = len(items) // dims[0]
+        return [nest(items[i * step:(i + 1) * step], dims[1:]) for i in range(dims[0])]
+
+    return nest(flat, shape), flat
+
+
+def _leaf_dtype(leaf):
+    # NumPy's reading of a leaf in a sequence: Python scalars as their
+    # default dtypes (not NEP 50's weak scalars), NumPy values as their own.
+    return {bool: np.dtype(bool), int: np.dtype("int64"), float: np.dtype("float64"),
+            complex: np.dtype("complex128")}.get(type(leaf)) or leaf.dtype
+
+
+def expected_dtype(seq, flat):
+    """The documented rule (docs/semantics.md, "asarray's dtype"): NumPy's own
+    result; with an extended float among the leaves, that type when every
+    other leaf is bool or the same type, else NumPy's result with each
+    extended float read as float32."""
+    dts = [_leaf_dtype(leaf) for leaf in flat]
+    ext = {d.name for d in dts if d.name in EXTENDED}
+    if not ext:
+        return np.asarray(seq).dtype.name
+    others = {d.name for d in dts if d.name not in ext and d.name != "bool"}
+    if len(ext) == 1 and not others:
+        return ext.pop()
+    return np.result_type(*[np.dtype("float32") if d.name in ext else d for d in dts]).name
+
+
+@property_settings
+@given(mixed=mixed_sequences())
+def test_asarray_infers_numpys_dtype_for_numpy_scalars_and_0d_arrays(mixed):
+    seq, flat = mixed
+    want = expected_dtype(seq, flat)
+    note(f"leaf dtypes {[str(_leaf_dtype(leaf)) for leaf in flat]} -> {want}")
+    a = dr.asarray(seq)
+    assert str(a.dtype) == want
+    n = np.asarray(seq, dtype=_numpy_dtype(want))
+    assert a.shape == n.shape
+    # False is NaN in float8_e8m0fnu (no zero): NaNs compare equal here.
+    np.testing.assert_array_equal(np.asarray(a.tolist()), np.asarray(n.tolist()))
+
+
+def test_asarray_of_numpy_scalars_examples():
+    # The issue's example and the cases where NumPy does not apply NEP 50.
+    assert str(dr.asarray([np.float32(1.5), np.int8(3)]).dtype) == "float32"
+    assert str(dr.asarray([np.float32(1.5), 1.0]).dtype) == "float64"       # a Python float is float64 here
+    assert str(dr.asarray([True, np.int8(1)]).dtype) == "int8"
+    assert str(dr.asarray([np.uint64(1), -1]).dtype) == "float64"
+    assert str(dr.asarray([np.array(3, dtype=np.int16)]).dtype) == "int16"
+    assert dr.asarray([np.float32(1.5), np.int8(3)]).tolist() == [1.5, 3.0]
+    with pytest.raises(TypeError, match="has no DLPack equivalent"):
+        dr.asarray([np.datetime64(1, "s")])

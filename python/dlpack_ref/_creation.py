@@ -48,8 +48,9 @@ def asarray(obj, /, *, dtype=None, device=None, copy=None):
     obj : object
         A DLPack producer, a buffer, a Python scalar or nested lists/tuples.
     dtype : dtype-like, optional
-        Converted to when given (a copy); inferred otherwise (bool, int64,
-        float64 or complex128 for Python values).
+        Converted to when given (a copy); inferred otherwise as NumPy infers
+        it (bool, int64, float64 or complex128 for Python values; NumPy
+        scalars and 0-d arrays in a sequence count with their own dtypes).
     device : device-like, optional
         Where the result must live.
     copy : bool or None

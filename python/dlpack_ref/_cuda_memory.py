@@ -17,6 +17,7 @@ Array.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import itertools
 import threading
@@ -33,6 +34,8 @@ from ._streams import NO_SYNC, stream_handle
 MAX_PITCH = 2**31 - 1
 
 _HOST = SUPPORTED - CUDA_DEVICE_BOUND   # memory the driver calls host memory
+
+_UNLOCKED = contextlib.nullcontext()    # for copies into memory without a record (CPU)
 
 # How a DeviceMemory goes back: cuMemFree / cuMemFreeHost, cuMemFreeAsync
 # into the device's pool, or into the Allocator's cache.
@@ -428,37 +431,43 @@ def copy_array(dst: Block, src: Block, shape, itemsize: int, nbytes: int, stream
     rt = runtime()
     d = rt.driver
     handle, s, s_dev = _copy_stream(rt, dst.device_type, dst.device_id, src.device_type, src.device_id, stream)
-    try:
-        if src.work is not None:
-            src.work.order_before(s, s_dev)
-        if dst.work is not None:
-            dst.work.order_before(s, s_dev)
-
-        if itemsize == 0:
-            if not (src.c_contiguous and dst.c_contiguous):
-                raise BufferError("strided copies of packed sub-byte data are not supported")
-            ops = [("1d", 0, 0, nbytes)] if nbytes else []
-        else:
-            ops = plan_copy(shape, dst.byte_strides, src.byte_strides, itemsize)
-
-        pushed = rt.enter(s_dev)
+    if itemsize == 0:
+        if not (src.c_contiguous and dst.c_contiguous):
+            raise BufferError("strided copies of packed sub-byte data are not supported")
+        ops = [("1d", 0, 0, nbytes)] if nbytes else []
+    else:
+        ops = plan_copy(shape, dst.byte_strides, src.byte_strides, itemsize)
+    if src.work is not None:
+        src.work.order_before(s, s_dev)
+    # The destination's record is held from the wait for its last write to
+    # the record of this one: a write by another thread in between would
+    # otherwise be dropped from the record (docs/cuda.md, Threads). Only one
+    # record is held at a time (the source's wait and use are outside).
+    with dst.work.lock if dst.work is not None else _UNLOCKED:
         try:
-            _issue(d, ops, dst, src, s)
-        finally:
-            rt.leave(pushed)
-    except BaseException:
-        # Whatever was enqueued (and an allocation made on s for this copy)
-        # comes before the destination's free.
-        if dst.work is not None:
-            dst.work.record(s, s_dev)
-        raise
+            if dst.work is not None:
+                dst.work.order_before(s, s_dev)
+            pushed = rt.enter(s_dev)
+            try:
+                _issue(d, ops, dst, src, s)
+            finally:
+                rt.leave(pushed)
+        except BaseException:
+            # Whatever was enqueued (and an allocation made on s for this
+            # copy) comes before the destination's free.
+            if dst.work is not None:
+                dst.work.record(s, s_dev)
+            raise
+        if dst.device_type in _HOST and (stream is None or handle == NO_SYNC):
+            host_sync = True
+        else:
+            host_sync = False
+            if dst.work is not None:
+                dst.work.record(s, s_dev)
     if src.work is not None and ops:
         src.work.record_use(s, s_dev)
-
-    if dst.device_type in _HOST and (stream is None or handle == NO_SYNC):
+    if host_sync:
         rt.synchronize(s, s_dev)
-    elif dst.work is not None:
-        dst.work.record(s, s_dev)
 
 
 def memset(ptr: int, device_type: int, device_id: int, work: PendingWork | None, value: int,
@@ -466,21 +475,22 @@ def memset(ptr: int, device_type: int, device_id: int, work: PendingWork | None,
     """Set ``nbytes`` bytes at ``ptr`` to ``value``: on the host for host
     memory (after its pending work), else on the legacy default stream of
     ``device_id`` after the pending work, which it then becomes."""
-    if device_type in _HOST:
+    with work.lock if work is not None else _UNLOCKED:   # as in copy_array
+        if device_type in _HOST:
+            if work is not None:
+                work.wait_on_host()
+            ctypes.memset(ptr, value, nbytes)
+            return
+        rt = runtime()
         if work is not None:
-            work.wait_on_host()
-        ctypes.memset(ptr, value, nbytes)
-        return
-    rt = runtime()
-    if work is not None:
-        work.order_before(LEGACY_STREAM, device_id)
-    pushed = rt.enter(device_id)
-    try:
-        check(rt.driver.cuMemsetD8Async(ptr, value, nbytes, LEGACY_STREAM), "cuMemsetD8Async")
-    finally:
-        rt.leave(pushed)
-    if work is not None:
-        work.record(LEGACY_STREAM, device_id)
+            work.order_before(LEGACY_STREAM, device_id)
+        pushed = rt.enter(device_id)
+        try:
+            check(rt.driver.cuMemsetD8Async(ptr, value, nbytes, LEGACY_STREAM), "cuMemsetD8Async")
+        finally:
+            rt.leave(pushed)
+        if work is not None:
+            work.record(LEGACY_STREAM, device_id)
 
 
 def _memcpy2d_side(d, p, side: str, memory_type, address: int, pitch: int) -> None:

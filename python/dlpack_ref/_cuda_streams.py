@@ -7,6 +7,7 @@ Stream values are checked by ``dlpack_ref._streams.stream_handle``.
 from __future__ import annotations
 
 import contextvars
+import threading
 
 from ._cuda_driver import check, runtime
 from ._streams import LEGACY_STREAM, NO_SYNC, PER_THREAD_STREAM, stream_handle
@@ -25,22 +26,34 @@ class PendingWork:
     recorded right after the write, for every other stream, so a
     per-thread default stream is resolved on the thread that wrote, and a
     stream that is destroyed afterwards is never used again.
+
+    Threads: the state is one attribute (``_last``), replaced whole, so
+    ``idle`` reads it without a lock and never sees a half-made state.
+    Every method that reads the state and acts on it (waits for its event,
+    re-records it, gives it back to the pool) holds ``lock``, and so does a
+    writer from the wait for the previous write until its own record
+    (``copy_array``, ``memset``): two threads writing the same block at
+    once leave a record that covers both writes, and an event is never
+    waited on while another thread re-records it or hands it to another
+    block. ``lock`` is reentrant (the methods call each other) and is only
+    ever held for one record at a time, so two records never deadlock.
     """
 
-    __slots__ = ("_event", "_event_device", "_legacy_device", "_uses", "__weakref__")
+    __slots__ = ("_last", "_uses", "lock", "__weakref__")
 
     def __init__(self, legacy_device: int = -1):
         """Nothing pending, or (``legacy_device`` >= 0) the last write is on
         that device's legacy default stream."""
-        self._event = None
-        self._event_device = -1
-        self._legacy_device = legacy_device
+        # None: nothing pending; (None, device): on the legacy stream of
+        # device; (event, device): an event of device recorded after it.
+        self._last = None if legacy_device < 0 else (None, legacy_device)
         self._uses = []     # (event, device) after reads by copies enqueued here
+        self.lock = threading.RLock()
 
     @property
     def idle(self) -> bool:
         """Whether no write is pending (nothing to wait for)."""
-        return self._event is None and self._legacy_device < 0
+        return self._last is None
 
     def record(self, handle: int, device_id: int, *, lazy_legacy: bool = True) -> None:
         """The last write was enqueued on stream ``handle`` (1 and 2 name
@@ -49,63 +62,78 @@ class PendingWork:
         records an event on the legacy stream too."""
         if handle == NO_SYNC:
             raise ValueError("a write is enqueued on a stream, not on -1")
-        if handle == LEGACY_STREAM and lazy_legacy:
-            self._drop_event()
-            self._legacy_device = device_id
-            return
-        rt = runtime()
-        dev = rt.stream_device(handle, device_id)
-        if self._event is not None and self._event_device != dev:
-            self._drop_event()
-        self._event = _record_event(rt, self._event, handle, dev)
-        self._event_device, self._legacy_device = dev, -1
+        with self.lock:
+            old = self._last
+            if handle == LEGACY_STREAM and lazy_legacy:
+                self._last = (None, device_id)
+                _give_back(old)
+                return
+            rt = runtime()
+            dev = rt.stream_device(handle, device_id)
+            # The event of the last write is recorded again when it is of
+            # the same device (a wait already enqueued on it waits for the
+            # record made before it); another device's goes back.
+            reuse = old is not None and old[0] is not None and old[1] == dev
+            ev = _record_event(rt, old[0] if reuse else None, handle, dev)
+            self._last = (ev, dev)
+            if not reuse:
+                _give_back(old)
 
     def order_before(self, waiter: int, device_id: int) -> None:
         """Make stream ``waiter`` (1 and 2: of ``device_id``) wait for the
         pending write: ``cuStreamWaitEvent``, never a host wait; nothing
         when the write is on that same legacy stream."""
-        if self.idle:
+        if self._last is None:
             return
-        rt = runtime()
-        if self._legacy_device >= 0:
-            if waiter == LEGACY_STREAM and self._legacy_device == device_id:
+        with self.lock:
+            last = self._last
+            if last is None:
                 return
-            self.record_legacy_event()
-        d = rt.driver
-        dev = rt.stream_device(waiter, device_id)
-        pushed = rt.enter(dev)
-        try:
-            check(d.cuStreamWaitEvent(waiter, self._event, 0), "cuStreamWaitEvent")
-        finally:
-            rt.leave(pushed)
+            rt = runtime()
+            if last[0] is None:
+                if waiter == LEGACY_STREAM and last[1] == device_id:
+                    return
+                self.record_legacy_event()
+            d = rt.driver
+            dev = rt.stream_device(waiter, device_id)
+            pushed = rt.enter(dev)
+            try:
+                check(d.cuStreamWaitEvent(waiter, self._last[0], 0), "cuStreamWaitEvent")
+            finally:
+                rt.leave(pushed)
 
     def record_legacy_event(self) -> None:
         """Turn a write on a legacy stream into an event recorded there now
         (later writes by others do not matter: only what came before)."""
-        device_id = self._legacy_device
-        self._legacy_device = -1
-        try:
-            self.record(LEGACY_STREAM, device_id, lazy_legacy=False)
-        except BaseException:
-            self._legacy_device = device_id
-            raise
+        with self.lock:
+            last = self._last
+            if last is not None and last[0] is None:
+                # The state stays "on the legacy stream" until the event
+                # replaces it, and stays so when recording fails.
+                self.record(LEGACY_STREAM, last[1], lazy_legacy=False)
 
     def wait_on_host(self) -> None:
         """Block the host until the pending write is done (an event or a
         legacy-stream sync, never a device sync); nothing pending after."""
-        if self.idle:
+        if self._last is None:
             return
-        rt = runtime()
-        if self._legacy_device >= 0:
-            rt.synchronize(LEGACY_STREAM, self._legacy_device)
-            self._legacy_device = -1
-            return
-        pushed = rt.enter(self._event_device)
-        try:
-            check(rt.driver.cuEventSynchronize(self._event), "cuEventSynchronize")
-        finally:
-            rt.leave(pushed)
-        self._drop_event()
+        with self.lock:
+            last = self._last
+            if last is None:
+                return
+            rt = runtime()
+            ev, dev = last
+            if ev is None:
+                rt.synchronize(LEGACY_STREAM, dev)
+                self._last = None
+                return
+            pushed = rt.enter(dev)
+            try:
+                check(rt.driver.cuEventSynchronize(ev), "cuEventSynchronize")
+            finally:
+                rt.leave(pushed)
+            self._last = None
+            _give_back(last)
 
     def record_use(self, handle: int, device_id: int) -> None:
         """A copy enqueued here on stream ``handle`` reads the memory: the
@@ -114,71 +142,66 @@ class PendingWork:
         rt = runtime()
         dev = rt.stream_device(handle, device_id)
         ev = _record_event(rt, None, handle, dev)
-        uses = self._uses
-        if len(uses) >= 8:
-            busy = []
-            for used, used_dev in uses:
-                if rt.driver.cuEventQuery(used)[0]:
-                    busy.append((used, used_dev))
-                else:
-                    rt.give_event(used_dev, used)
-            uses[:] = busy
-        uses.append((ev, dev))
+        with self.lock:
+            uses = self._uses
+            if len(uses) >= 8:
+                busy = []
+                for used, used_dev in uses:
+                    if rt.driver.cuEventQuery(used)[0]:
+                        busy.append((used, used_dev))
+                    else:
+                        rt.give_event(used_dev, used)
+                uses[:] = busy
+            uses.append((ev, dev))
 
     def wait_unused(self) -> None:
         """Block until the last write and every recorded use are done:
         before the memory is freed."""
-        self.wait_on_host()
-        uses, self._uses = self._uses, []
-        if not uses:
-            return
-        rt = runtime()
-        for ev, dev in uses:
-            pushed = rt.enter(dev)
-            try:
-                check(rt.driver.cuEventSynchronize(ev), "cuEventSynchronize")
-            finally:
-                rt.leave(pushed)
-            rt.give_event(dev, ev)
+        with self.lock:
+            self.wait_on_host()
+            uses, self._uses = self._uses, []
+            if not uses:
+                return
+            rt = runtime()
+            for ev, dev in uses:
+                pushed = rt.enter(dev)
+                try:
+                    check(rt.driver.cuEventSynchronize(ev), "cuEventSynchronize")
+                finally:
+                    rt.leave(pushed)
+                rt.give_event(dev, ev)
 
     def order_all_before(self, waiter: int, device_id: int) -> None:
         """Make stream ``waiter`` (1 and 2: of ``device_id``) wait for the
         pending write and every recorded use (event waits, the host never
         blocks); nothing is pending here after. Before the memory is freed
         or handed to a new owner in the order of ``waiter``."""
-        self.order_before(waiter, device_id)
-        self._drop_event()
-        self._legacy_device = -1
-        uses, self._uses = self._uses, []
-        if not uses:
-            return
-        rt = runtime()
-        d = rt.driver
-        dev = rt.stream_device(waiter, device_id)
-        pushed = rt.enter(dev)
-        try:
-            for ev, _ in uses:
-                check(d.cuStreamWaitEvent(waiter, ev, 0), "cuStreamWaitEvent")
-        finally:
-            rt.leave(pushed)
-            for ev, used_dev in uses:
-                rt.give_event(used_dev, ev)
+        with self.lock:
+            self.order_before(waiter, device_id)
+            last, self._last = self._last, None
+            _give_back(last)
+            uses, self._uses = self._uses, []
+            if not uses:
+                return
+            rt = runtime()
+            d = rt.driver
+            dev = rt.stream_device(waiter, device_id)
+            pushed = rt.enter(dev)
+            try:
+                for ev, _ in uses:
+                    check(d.cuStreamWaitEvent(waiter, ev, 0), "cuStreamWaitEvent")
+            finally:
+                rt.leave(pushed)
+                for ev, used_dev in uses:
+                    rt.give_event(used_dev, ev)
 
     @property
     def unused(self) -> bool:
         """Whether neither a write nor a recorded use is pending."""
-        return self.idle and not self._uses
-
-    def _drop_event(self) -> None:
-        ev, self._event = self._event, None
-        if ev is not None:
-            try:
-                runtime().give_event(self._event_device, ev)
-            except Exception:
-                pass
+        return self._last is None and not self._uses
 
     def __del__(self):
-        self._drop_event()
+        _give_back(self._last)
         try:
             rt = runtime()
             for ev, dev in self._uses:
@@ -187,11 +210,21 @@ class PendingWork:
             pass
 
     def __repr__(self):
-        if self._legacy_device >= 0:
-            return f"<PendingWork on the legacy stream of cuda:{self._legacy_device}>"
-        if self._event is not None:
-            return f"<PendingWork event {int(self._event):#x} of cuda:{self._event_device}>"
-        return "<PendingWork idle>"
+        last = self._last
+        if last is None:
+            return "<PendingWork idle>"
+        if last[0] is None:
+            return f"<PendingWork on the legacy stream of cuda:{last[1]}>"
+        return f"<PendingWork event {int(last[0]):#x} of cuda:{last[1]}>"
+
+
+def _give_back(last) -> None:
+    """Return the event of a state no record holds any more to the pool."""
+    if last is not None and last[0] is not None:
+        try:
+            runtime().give_event(last[1], last[0])
+        except Exception:
+            pass
 
 
 def _record_event(rt, event, handle: int, device_id: int):

@@ -287,3 +287,65 @@ def _array_api_dtype(obj) -> DType | None:
                 raise TypeError(f"{obj!r} ({name}) has no DLPack equivalent in dlpack-ref")
             return dt
     return None
+
+
+# --- promotion: the dtype asarray infers for a nested sequence ----------------
+
+
+def _is_extended(dt: DType) -> bool:
+    # bfloat16 and the float8/6/4 types: ml_dtypes', outside NumPy's lattice.
+    return dt.kind == "real floating" and dt.code != DTypeCode.FLOAT
+
+
+def _sized(kind: str, bits: int) -> DType:
+    prefix = {"signed integer": "int", "unsigned integer": "uint", "real floating": "float",
+              "complex floating": "complex"}[kind]
+    return DTYPES[f"{prefix}{bits}"]
+
+
+def _promote(a: DType, b: DType) -> DType:
+    if a is b:
+        return a
+    if a.kind == "bool":
+        return b
+    if b.kind == "bool":
+        return a
+    # An extended float with anything but itself and bool counts as float32,
+    # which holds every one of its values (docs/semantics.md).
+    if _is_extended(a) or _is_extended(b):
+        return _promote(DTYPES["float32"] if _is_extended(a) else a, DTYPES["float32"] if _is_extended(b) else b)
+    ints = ("signed integer", "unsigned integer")
+    if a.kind in ints and b.kind in ints:
+        if a.kind == b.kind:
+            return a if a.bits >= b.bits else b
+        s, u = (a, b) if a.kind == "signed integer" else (b, a)
+        if s.bits > u.bits:
+            return s
+        return _sized("signed integer", 2 * u.bits) if u.bits < 64 else DTYPES["float64"]
+
+    # Floating results: the component width must hold each input exactly as
+    # NumPy's lattice does (an n-bit integer needs a 2n-bit float, at most 64).
+    def component(dt: DType) -> int:
+        if dt.kind in ints:
+            return min(2 * dt.bits, 64)
+        return dt.bits // 2 if dt.kind == "complex floating" else dt.bits
+
+    bits = max(component(a), component(b))
+    if "complex floating" in (a.kind, b.kind):
+        return _sized("complex floating", 2 * bits)
+    return _sized("real floating", bits)
+
+
+def result_type(dtypes) -> DType:
+    """The dtype NumPy 2's ``result_type`` gives for ``dtypes`` (an iterable
+    of DType, none with lanes > 1), for dlpack-ref's dtypes: bool < integers <
+    floats < complex, integers of both signs needing a wider signed type
+    (uint64 with a signed one: float64). bfloat16 and the float8/6/4 types,
+    which NumPy does not promote itself, keep their type with bool and
+    themselves and count as float32 otherwise. float64 for none."""
+    result = None
+    for dt in dtypes:
+        if dt.lanes != 1:
+            raise TypeError(f"{dt} (lanes={dt.lanes}) has no promotion rule")
+        result = dt if result is None else _promote(result, dt)
+    return DTYPES["float64"] if result is None else result

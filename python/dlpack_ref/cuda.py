@@ -15,7 +15,8 @@ here reads an Array:
 - ``copy_array(dst, src, shape, itemsize, nbytes, stream)`` with two
   ``Block`` descriptions, and ``memset(...)``;
 - ``export_sync(work, device_type, device_id, stream)``: what ``__dlpack__``
-  does for the consumer's stream;
+  does for the consumer's stream; ``export_copy(...)`` the same for a copy
+  it made;
 - ``host_wait(work)``: before the host reads pinned or managed memory;
 - ``imported(work, device_id, stream)``: a producer ordered its data on
   ``stream``;
@@ -89,6 +90,19 @@ def export_sync(work: PendingWork, device_type: int, device_id: int, stream) -> 
     work.order_before(handle, _waiter_device(device_type, device_id, handle, rt))
 
 
+def export_copy(work: PendingWork, device_type: int, device_id: int, stream) -> None:
+    """Order the consumer's ``stream`` after the copy an export just made
+    (``copy=True``, or a ``dl_device`` move) into memory of the CUDA
+    family on ``(device_type, device_id)``, as ``export_sync`` orders it
+    after any write: the consumer uses the copy there, so 1, 2 and None
+    name default streams of the copy's device, while the copy ran on a
+    default stream of the source's device (see ``copy_array``). A handle
+    (> 2) is the stream the copy ran on: nothing more to order."""
+    if stream_handle(stream) > PER_THREAD_STREAM:
+        return
+    export_sync(work, device_type, device_id, stream)
+
+
 def host_wait(work: PendingWork) -> None:
     """Block until the host can read memory with this record (pinned or
     managed memory): the pending write is done."""
@@ -155,11 +169,12 @@ def wait_for_producer(work: PendingWork, device_type: int, device_id: int, produ
     nothing waits."""
     rt = runtime()
     producer = producer_stream or LEGACY_STREAM
-    work.record(producer, _waiter_device(device_type, device_id, producer, rt))
-    ours = current_stream(device_id if device_type in CUDA_DEVICE_BOUND else None)
-    if ours == NO_SYNC:
-        return
-    ours = ours or LEGACY_STREAM
-    dev = _waiter_device(device_type, device_id, ours, rt)
-    work.order_before(ours, dev)
-    work.record(ours, dev)
+    with work.lock:     # one read-modify-write of the record
+        work.record(producer, _waiter_device(device_type, device_id, producer, rt))
+        ours = current_stream(device_id if device_type in CUDA_DEVICE_BOUND else None)
+        if ours == NO_SYNC:
+            return
+        ours = ours or LEGACY_STREAM
+        dev = _waiter_device(device_type, device_id, ours, rt)
+        work.order_before(ours, dev)
+        work.record(ours, dev)

@@ -5,7 +5,7 @@ fail known rules. Another library's failures are no such thing: NumPy 2.5
 fixed five that 2.4 had. These consumers are dlpack_ref.from_dlpack with
 exactly two faults each, so the tests can pin the rules they break:
 
-- ``from_dlpack`` drops ``copy=`` (``consumer.copy_true`` breaks) and takes
+- ``from_dlpack`` drops ``copy=True`` (``consumer.copy_true`` breaks) and takes
   a capsule whose shape is NULL as an empty array (``consumer.shape_null``);
 - ``crashing_from_dlpack`` is the same but kills its process (SIGSEGV) on
   the NULL shape instead, as a consumer that dereferences it would.
@@ -26,9 +26,13 @@ def _null_shape(error: Exception) -> bool:
     return "DLTensor.shape is NULL" in str(error)
 
 
+def _import(x, device, copy):
+    return dlpack_ref.from_dlpack(x, device=device, copy=None if copy else copy)
+
+
 def from_dlpack(x, /, *, device=None, copy=None):
     try:
-        return dlpack_ref.from_dlpack(x, device=device)
+        return _import(x, device, copy)
     except BufferError as e:
         if _null_shape(e):
             return dlpack_ref.asarray([])
@@ -37,7 +41,7 @@ def from_dlpack(x, /, *, device=None, copy=None):
 
 def crashing_from_dlpack(x, /, *, device=None, copy=None):
     try:
-        return dlpack_ref.from_dlpack(x, device=device)
+        return _import(x, device, copy)
     except BufferError as e:
         if _null_shape(e):
             os.kill(os.getpid(), signal.SIGSEGV)

@@ -14,7 +14,7 @@ import gc
 import struct
 from typing import Any, Callable
 
-from dlpack_ref.testing import FLAG_READ_ONLY, NAME_USED_VERSIONED, CapsuleFactory, ForeignProducer, capsule_name
+from dlpack_ref.testing import FLAG_IS_COPIED, FLAG_READ_ONLY, NAME_USED_VERSIONED, CapsuleFactory, ForeignProducer, capsule_name
 
 from .model import Consumer, Result, Rule, Status, exc_name, short
 
@@ -248,6 +248,20 @@ def _refuses_with_buffererror(case, out, problems):
     return _refuses(case, out, problems)
 
 
+def _refuses_copy(case, out, problems):
+    """copy=False and a tensor flagged IS_COPIED: the standard's two errors
+    for a forbidden copy (BufferError from __dlpack__, ValueError from
+    from_dlpack) are both right."""
+    if not _refused(out):
+        problems.append(f"accepted a tensor flagged IS_COPIED for copy=False (result {out.get('type')})")
+        return None, []
+    mro = out.get("exc_mro", [])
+    if "BufferError" not in mro and "ValueError" not in mro:
+        problems.append(f"refused with {out.get('exc_type')}, not BufferError or ValueError")
+        return None, []
+    return None, [f"refused with {out.get('exc_type')}"]
+
+
 def _refuses_device(case, out, problems):
     if not _refused(out) and out.get("device") and out["device"][0] != 1:
         return None, [f"kept as a device array on {tuple(out['device'])}, not read"]
@@ -316,6 +330,12 @@ CASES: list[Case] = [
     _case("copy_false", "from_dlpack(x, copy=False) imports in place", "array-api", "from_dlpack, copy",
           _via_producer(call_kwargs={"copy": False}, shape=(3,), dtype=F64, fill=_f64(_V123)),
           _accepts_in_place, _V123),
+    _case("copy_false_is_copied", "from_dlpack(x, copy=False) refuses (BufferError or ValueError) a tensor "
+          "flagged IS_COPIED, which a producer that copied anyway returns, and calls its deleter once",
+          "array-api", "from_dlpack, copy: 'must never copy'; header, DLPACK_FLAG_BITMASK_IS_COPIED",
+          _via_producer(read_values=False, call_kwargs={"copy": False}, shape=(3,), dtype=F64,
+                        flags=FLAG_IS_COPIED, fill=_f64(_V123), versioned=True),
+          _refuses_copy, needs_versioned=True),
     _case("device_cpu", "from_dlpack(x, device=<CPU>) of CPU data imports in place", "array-api",
           "from_dlpack, device", _via_producer(call_kwargs=_cpu_device_kwargs, shape=(3,), dtype=F64,
                                                fill=_f64(_V123)), _accepts_in_place, _V123),

@@ -53,6 +53,14 @@ def _must_succeed(what: str, fn):
         raise CheckFailed(f"{what} raised", e) from e
 
 
+def _table_call(what: str, fn) -> None:
+    """A call into an exchange table that must work: an exception it sets
+    (ctypes raises it) or a nonzero status without one fails the check."""
+    status = _must_succeed(what, fn)
+    if status != 0:
+        raise CheckFailed(f"{what} returned {status} without setting an exception")
+
+
 def _read_export(what: str, fn) -> dict:
     """The fields of the capsule ``fn`` exports; CheckFailed naming ``what`` when it raises."""
     return read_capsule(_must_succeed(what, fn))
@@ -570,7 +578,7 @@ def _exchange_api(p: Producer) -> str:
         raise CheckFailed(f"NULL function pointers in a version {version} table: {', '.join(missing)}")
     want_ptr, want_values = data_pointer(x), dlpack_values(export_any(x))
     out = ctypes.c_void_p()
-    _must_succeed("managed_tensor_from_py_object_no_sync",
+    _table_call("managed_tensor_from_py_object_no_sync",
                   lambda: FROM_PY_T(api.managed_tensor_from_py_object_no_sync)(id(x), ctypes.byref(out)))
     m = DLManagedTensorVersioned.from_address(out.value)
     t = m.dl_tensor
@@ -579,7 +587,7 @@ def _exchange_api(p: Producer) -> str:
         _call_deleter(out.value)
         raise CheckFailed(f"from_py_object gave (major, data, ndim)={got}, expected (1, {want_ptr:#x}, 2)")
     obj = ctypes.c_void_p()
-    _must_succeed("managed_tensor_to_py_object_no_sync",
+    _table_call("managed_tensor_to_py_object_no_sync",
                   lambda: TO_PY_T(api.managed_tensor_to_py_object_no_sync)(out.value, ctypes.byref(obj)))
     back = ctypes.cast(obj, ctypes.py_object).value
     _decref(obj.value)
@@ -589,13 +597,13 @@ def _exchange_api(p: Producer) -> str:
     del back
     if api.dltensor_from_py_object_no_sync:
         view = DLTensor()
-        _must_succeed("dltensor_from_py_object_no_sync",
+        _table_call("dltensor_from_py_object_no_sync",
                       lambda: VIEW_T(api.dltensor_from_py_object_no_sync)(id(x), ctypes.byref(view)))
         if view.data + view.byte_offset != want_ptr:
             raise CheckFailed("dltensor_from_py_object_no_sync: another data pointer")
         notes.append("DLTensor view in place")
     stream = ctypes.c_void_p(1)
-    _must_succeed("current_work_stream(kDLCPU, 0)",
+    _table_call("current_work_stream(kDLCPU, 0)",
                   lambda: STREAM_T(api.current_work_stream)(1, 0, ctypes.byref(stream)))
     if stream.value:
         raise CheckFailed(f"current_work_stream(kDLCPU, 0) gave {stream.value:#x}, expected NULL")
@@ -645,7 +653,11 @@ def _export_through_table(api: DLPackExchangeAPI, x):
     """What managed_tensor_from_py_object_no_sync gives for x, in a capsule
     that dlpack-ref consumes (its deleter runs when the import ends)."""
     out = ctypes.c_void_p()
-    FROM_PY_T(api.managed_tensor_from_py_object_no_sync)(id(x), ctypes.byref(out))
+    status = FROM_PY_T(api.managed_tensor_from_py_object_no_sync)(id(x), ctypes.byref(out))
+    if status != 0 or not out.value:
+        # Not the header's failure (that sets an exception, which ctypes raised).
+        raise SystemError(f"managed_tensor_from_py_object_no_sync returned {status} and tensor "
+                          f"{out.value or 0:#x} without setting an exception")
     return _new_capsule(out.value, NAME_VERSIONED, None)
 
 
