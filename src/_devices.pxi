@@ -59,19 +59,9 @@ cdef DLDevice _parse_device(object device) except *:
     return d
 
 
-cdef bint _can_access(DLDevice dev, DLDevice mem) noexcept nogil:
-    # The one table of in-place access; docs/semantics.md prints it.
-    cdef int32_t d = dev.device_type
-    cdef int32_t m = mem.device_type
-    if d == m and (dev.device_id == mem.device_id or d == kDLCPU):
-        return True
-    if m == kDLCUDAHost:
-        return d == kDLCPU or d == kDLCUDA or d == kDLCUDAHost
-    if m == kDLCUDAManaged:
-        return d == kDLCPU or d == kDLCUDA or d == kDLCUDAManaged
-    if m == kDLROCMHost:
-        return d == kDLCPU or d == kDLROCM or d == kDLROCMHost
-    return False
+cdef inline bint _can_access(DLDevice dev, DLDevice mem) noexcept nogil:
+    # The one table of in-place access, in include/dlpack_ref.h; docs/semantics.md prints it.
+    return dlpack_ref_can_access(dev, mem)
 
 
 def can_access(device, memory_device):
@@ -90,7 +80,6 @@ def can_access(device, memory_device):
 # Neither import loads cuda-python or a driver.
 from dlpack_ref import _cuda_streams
 from dlpack_ref._cuda_streams import PendingWork as _PendingWork
-from dlpack_ref._streams import stream_handle as _stream_handle
 
 cdef object _cuda_module = None
 

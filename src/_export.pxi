@@ -1,65 +1,52 @@
-# Export: the arguments of __dlpack__, the buffer protocol, and the one
-# allocation of each capsule (built by dlpack_ref_api.pxd's
-# dlpack_ref_api_versioned_block / dlpack_ref_api_new_legacy, whose deleters
-# and capsule destructors are the ones vendoring libraries use too).
+# Export: __dlpack__ through the producer call of include/dlpack_ref.h (the
+# one place its rules are written, which vendoring libraries call too), the
+# buffer protocol, and the one allocation of each capsule.
 
-cdef bint _wants_versioned(object max_version) except -1:
-    if type(max_version) is not tuple or len(<tuple>max_version) != 2:
-        raise TypeError(f"max_version must be None or a (major, minor) tuple of ints, not {max_version!r}")
-    major, minor = <tuple>max_version
-    if type(major) is not int or type(minor) is not int:
-        if not (isinstance(major, int) and isinstance(minor, int)) or isinstance(major, bool) or isinstance(minor, bool):
-            raise TypeError(f"max_version must be None or a (major, minor) tuple of ints, not {max_version!r}")
-    return major >= 1
+# The core's forbidden copies raise its public CopyForbiddenError.
+dlpack_ref_set_copy_forbidden_error(CopyForbiddenError)
+
+
+cdef int _order_for_consumer(void* ctx, const DLTensor* t, PyObject* stream, int64_t value) except -1:
+    """The producer call's stream-order callback: the consumer's stream
+    waits for the Array's pending work (none: nothing to order)."""
+    cdef Array a = <Array>ctx
+    if not _work_of(a).idle:
+        _cuda().export_sync(_work_of(a), a._device.device_type, a._device.device_id, <object>stream)
+    return 0
+
+
+cdef int _copy_for_consumer(void* ctx, const DLTensor* src, DLDevice target, PyObject* stream, int64_t value,
+                            DLTensor* out, PyObject** out_owner) except -1:
+    """The producer call's copy callback: a copy on target, ordered on the
+    consumer's stream as passed."""
+    cdef Array c = _copy_to(<Array>ctx, target, <object>stream)
+    if dlpack_ref_device_cuda_family(c._device.device_type):
+        # The copy ran on a stream of the source's device; the consumer's
+        # stream is one of the target's (another GPU, or the host for
+        # managed memory with stream=None).
+        _cuda().export_copy(_work_of(c), c._device.device_type, c._device.device_id, <object>stream)
+    _borrow_dltensor(c, out)
+    Py_INCREF(c)
+    out_owner[0] = <PyObject*>c
+    return 0
 
 
 cdef object _export(Array a, object stream, object max_version, object dl_device, object copy):
-    """Array.__dlpack__."""
-    cdef bint versioned = False
-    cdef Array src = a
-    cdef uint64_t flags = 0
-    cdef DLDevice target
-    if max_version is not None:
-        versioned = _wants_versioned(max_version)
-    if copy is not None and copy is not True and copy is not False:
-        raise TypeError(f"copy must be True, False or None, not {copy!r}")
-    cdef bint cuda_family = dlpack_ref_device_cuda_family(a._device.device_type)
-    if stream is not None:
-        _stream_handle(stream, cuda_memory=cuda_family, where=str(a.device))
-    if dl_device is None and copy is not True:
-        # Nothing to order when no work is pending.
-        if cuda_family and not _work_of(a).idle:
-            _cuda().export_sync(_work_of(a), a._device.device_type, a._device.device_id, stream)
-    else:
-        target = a._device if dl_device is None else _parse_device(dl_device)
-        if copy is True or not _can_access(target, a._device):
-            if copy is False:
-                raise CopyForbiddenError(
-                    f"copy=False, but memory on {a.device} cannot be used in place on "
-                    f"{_device_object(target)}: a copy is needed")
-            src = _copy_to(a, target, stream)
-            flags |= DLPACK_FLAG_BITMASK_IS_COPIED
-            if dlpack_ref_device_cuda_family(src._device.device_type):
-                # The copy ran on a stream of the source's device; the
-                # consumer's stream is one of the target's (another GPU, or
-                # the host for managed memory with stream=None).
-                _cuda().export_copy(_work_of(src), src._device.device_type, src._device.device_id, stream)
-        elif cuda_family and not _work_of(a).idle:
-            # Pinned or managed memory read in place by the host with
-            # stream=None is readable on return (export_sync waits).
-            _cuda().export_sync(_work_of(a), a._device.device_type, a._device.device_id, stream)
-    if versioned:
-        return _export_versioned(src, flags | (src._flags & (DLPACK_FLAG_BITMASK_READ_ONLY | DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED)))
-    if src._flags & DLPACK_FLAG_BITMASK_READ_ONLY:
-        raise BufferError(
-            "a read-only Array cannot be exported as a legacy 'dltensor' capsule (it has no "
-            "read-only flag); pass max_version=(1, 0) or newer, or copy=True")
-    if src._dtype.bits * src._dtype.lanes < 8 and (src._flags & DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED):
-        # Legacy capsules have no flags, so their sub-byte data is packed.
-        raise BufferError(
-            f"a {a.dtype} Array stored one element per byte cannot be exported as a legacy "
-            "'dltensor' capsule (legacy sub-byte data is packed); pass max_version=(1, 0) or newer")
-    return _export_legacy(src)
+    """Array.__dlpack__: the header's producer call (every rule of the
+    arguments, the capsule kind, the flags, copies and stream order) on this
+    Array. dl_device may be anything as_device accepts (a core extension of
+    the standard's tuple): resolved here to its (type, id) tuple first."""
+    cdef dlpack_ref_producer p
+    _borrow_dltensor(a, &p.tensor)
+    p.owner = <PyObject*>a
+    p.read_only = (a._flags & DLPACK_FLAG_BITMASK_READ_ONLY) != 0
+    p.flags = a._flags
+    p.ctx = <void*>a
+    p.copy = _copy_for_consumer
+    p.order = _order_for_consumer
+    if dl_device is not None:
+        dl_device = _dlpack_device_tuple(_parse_device(dl_device))
+    return dlpack_ref_producer_export(&p, stream, max_version, dl_device, copy)
 
 
 cdef int _fill_buffer(Array a, Py_buffer* view, int flags) except -1:

@@ -332,8 +332,7 @@ def from_dlpack(x, /, *, device=None, copy=None):
     """
     if device is None and copy is None and _stream_contexts == 0:
         return _import_plain(x)
-    if copy is not None and copy is not True and copy is not False:
-        raise TypeError(f"copy must be True, False or None, not {copy!r}")
+    dlpack_ref_check_copy_arg(copy)
     cdef DLDevice target
     cdef DLDevice source
     cdef bint have_target = device is not None
@@ -415,25 +414,15 @@ cdef Array _finish_import(Array a, object x, DLDevice target, object copy, bint 
         # Whoever made the tensor copied, so the result would not share the
         # producer's memory, which is what copy=False promises; a bare
         # capsule is judged by the same flag (docs/semantics.md).
-        raise CopyForbiddenError(
-            f"copy=False, but {_made_by(x)} is flagged DLPACK_FLAG_BITMASK_IS_COPIED (a copy, not "
-            "the producer's memory); its deleter was called")
+        dlpack_ref_refuse_copied(x)
     cdef bint copied = producer_did_it and flagged
     if copy is True and not copied:
         return _copy_to(a, target, stream)
     if not _can_access(target, a._device):
         if copy is False:
-            raise CopyForbiddenError(
-                f"copy=False, but the data on {a.device} cannot be used on {_device_object(target)} "
-                "without a copy")
+            dlpack_ref_refuse_copy(a._device, target, True)
         return _copy_to(a, target, stream)
     return a
-
-
-cdef str _made_by(object x):
-    if PyCapsule_CheckExact(x):
-        return "the capsule's tensor"
-    return f"the tensor {type(x).__name__}.__dlpack__ returned"
 
 
 # --- buffer-protocol import (asarray) and capsule inspection ---------------

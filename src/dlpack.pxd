@@ -25,7 +25,7 @@
 # DLPACK_EXTERN_C and DLPACK_DLL expand to linkage keywords (or nothing) and
 # cannot be declared as values; everything else in the header is here, and
 # after it the names the DLPack protocol gives the capsules (not in the C
-# header, so written here once, as C macros every module cimports).
+# header; spelled once in dlpack_ref.h and declared here).
 
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 
@@ -179,23 +179,11 @@ cdef extern from "dlpack.h" nogil:
 # ----------------------------------------------------------------------
 # Capsule names and limits of the Python protocol
 # ----------------------------------------------------------------------
-# The Python spelling of each name is this one too: the core exports them
-# (dlpack_ref.CAPSULE_NAMES) for Python code, so nothing retypes them.
-cdef extern from *:
-    """
-    #ifndef DLPACK_REF_PROTOCOL_NAMES
-    #define DLPACK_REF_PROTOCOL_NAMES
-    #define DLPACK_REF_CAPSULE_VERSIONED "dltensor_versioned"
-    #define DLPACK_REF_CAPSULE_LEGACY "dltensor"
-    #define DLPACK_REF_CAPSULE_USED_VERSIONED "used_dltensor_versioned"
-    #define DLPACK_REF_CAPSULE_USED_LEGACY "used_dltensor"
-    #define DLPACK_REF_CAPSULE_EXCHANGE_API "dlpack_exchange_api"
-    /* The most dimensions a tensor may have (NumPy 2 allows as many). */
-    #define DLPACK_REF_MAX_NDIM 64
-    /* How many prev_api links are followed before a table is judged cyclic. */
-    #define DLPACK_REF_MAX_API_CHAIN 16
-    #endif
-    """
+# Written once, in include/dlpack_ref.h (the vendorable protocol in C, which
+# needs them too); declared here. The Python spelling of each name is this
+# one too: the core exports them (dlpack_ref.CAPSULE_NAMES) for Python code,
+# so nothing retypes them.
+cdef extern from "dlpack_ref.h":
     const char* DLPACK_REF_CAPSULE_VERSIONED
     const char* DLPACK_REF_CAPSULE_LEGACY
     const char* DLPACK_REF_CAPSULE_USED_VERSIONED

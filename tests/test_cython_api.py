@@ -22,9 +22,9 @@ def ext(tmp_path_factory):
     return build_api_demo(tmp_path_factory.mktemp("cython_api"))
 
 
-def test_get_include_ships_the_header_and_both_pxd_files():
+def test_get_include_ships_the_headers_and_both_pxd_files():
     names = set(os.listdir(dlpack_ref.get_include()))
-    assert {"dlpack.h", "dlpack.pxd", "dlpack_ref_api.pxd", "dlpack_ref_tables.h"} <= names
+    assert {"dlpack.h", "dlpack_ref.h", "dlpack.pxd", "dlpack_ref_api.pxd", "dlpack_ref_tables.h"} <= names
 
 
 # --- export: the extension's memory into other libraries ---------------------

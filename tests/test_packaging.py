@@ -39,7 +39,7 @@ def test_the_wheel_carries_the_licence_headers_and_cython_declarations():
     assert "Apache License" in text and "Version 2.0, January 2004" in text
     assert {
         "dlpack_ref/include/dlpack.h", "dlpack_ref/include/dlpack.pxd", "dlpack_ref/include/dlpack_ref_api.pxd",
-        "dlpack_ref/dlpack.pxd", "dlpack_ref/dlpack_ref_api.pxd",
+        "dlpack_ref/include/dlpack_ref.h", "dlpack_ref/include/dlpack_ref_tables.h", "dlpack_ref/dlpack.pxd", "dlpack_ref/dlpack_ref_api.pxd",
         "dlpack_ref/share/cmake/dlpack_ref/dlpack_refConfig.cmake",
         "dlpack_ref/share/cmake/dlpack_ref/dlpack_refConfigVersion.cmake",
     } <= files
@@ -49,6 +49,9 @@ def test_the_shipped_header_is_the_repository_header_with_its_spdx_line():
     shipped = Path(dlpack_ref.get_include(), "dlpack.h").read_text()
     assert shipped == (ROOT / "include" / "dlpack.h").read_text()
     assert shipped.splitlines()[0] == "/* SPDX-License-Identifier: Apache-2.0 */"
+    protocol = Path(dlpack_ref.get_include(), "dlpack_ref.h").read_text()
+    assert protocol == (ROOT / "include" / "dlpack_ref.h").read_text()
+    assert protocol.splitlines()[0] == "/* SPDX-License-Identifier: Apache-2.0 */"
 
 
 def test_the_package_copy_of_the_api_pxd_cimports_its_sibling_by_package_name():
@@ -204,5 +207,5 @@ def test_the_sdist_carries_the_licence_and_everything_the_build_needs(tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     with tarfile.open(tmp_path / out.stdout.strip().splitlines()[-1]) as sdist:
         names = {n.split("/", 1)[1] for n in sdist.getnames() if "/" in n}
-    assert {"LICENSE", "pyproject.toml", "CMakeLists.txt", "include/dlpack.h", "src/dlpack.pxd",
-            "src/dlpack_ref_api.pxd", "cmake/dlpack_refConfig.cmake"} <= names
+    assert {"LICENSE", "pyproject.toml", "CMakeLists.txt", "include/dlpack.h", "include/dlpack_ref.h",
+            "src/dlpack.pxd", "src/dlpack_ref_api.pxd", "cmake/dlpack_refConfig.cmake"} <= names

@@ -79,6 +79,11 @@ def render() -> str:
         "const char* dlpack_ref_dtype_format(uint8_t code, uint8_t bits, uint16_t lanes)",
         [(_key(int(d.code), d.bits, d.lanes) + f":  /* {d.name} */", _c_string(d.format or "")) for d in specs],
         "NULL")
+    out.append("/* The name of a DLPack 1.3 dtype (as dlpack_ref.DTYPES spells it), NULL for any other. */")
+    out += _switch(
+        "DLPACK_REF_DTYPE_KEY(code, bits, lanes)",
+        "const char* dlpack_ref_dtype_name(uint8_t code, uint8_t bits, uint16_t lanes)",
+        [(_key(int(d.code), d.bits, d.lanes) + ":", _c_string(d.name)) for d in specs], "NULL")
     out.append("#define DLPACK_REF_DTYPES_ACCEPTED " + _c_string(", ".join(
         f"{d.name} ({int(d.code)}, {d.bits}, {d.lanes})" for d in specs)))
     out += [
@@ -105,6 +110,10 @@ def render() -> str:
     out += device_switch("dlpack_ref_device_type_known", list(devices.DeviceType))
     out.append("#define DLPACK_REF_DEVICE_TYPES_ACCEPTED " + _c_string(", ".join(
         f"{int(m)} ({devices.C_ENUMERATORS[m]})" for m in devices.DeviceType)))
+    out.append("/* The DeviceType name of a DLPack 1.3 device type, NULL for any other value; the")
+    out.append("   vendorable header builds its __dlpack_device__ enum from it. */")
+    out += _switch("device_type", "const char* dlpack_ref_device_type_name(int32_t device_type)",
+                   [(f"{int(m)}:", _c_string(m.name)) for m in devices.DeviceType], "NULL") + [""]
     out += device_switch("dlpack_ref_device_supported", devices.SUPPORTED)
     out.append("#define DLPACK_REF_DEVICES_SUPPORTED " + _c_string(", ".join(
         f"{devices.C_ENUMERATORS[m]} ({int(m)})" for m in sorted(devices.SUPPORTED))))

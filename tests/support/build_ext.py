@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 
-import dlpack_ref
-
 SOURCE = Path(__file__).resolve().parent.parent / "cython_api_ext" / "api_demo.pyx"
 
 
 def build_api_demo(build: Path):
     """The compiled api_demo module, built in folder `build` (skips the test
     when Cython or a C compiler is missing)."""
+    import dlpack_ref
+
     pyx = build / "api_demo.pyx"
     shutil.copy(SOURCE, pyx)
     include = dlpack_ref.get_include()
@@ -46,3 +46,20 @@ def compile_extension(pyx: Path, build: Path, cython_include=(), c_include=()):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def compile_c_extension(source: Path, build: Path, c_include=(), cxx: bool = False) -> Path:
+    """Compile the C (or, with ``cxx``, C++) extension ``source`` into folder
+    ``build`` with the compiler Python was built with (g++ for C++) and
+    ``c_include`` as the only include folders besides Python's; return the
+    path of the built module, not imported (skips the test when no compiler
+    is found)."""
+    cc = ["g++", "-std=c++17"] if cxx else [*(sysconfig.get_config_var("CC") or "cc").split(), "-std=c99"]
+    if shutil.which(cc[0]) is None:
+        pytest.skip(f"no compiler ({cc[0]})")
+    so = build / (source.stem + sysconfig.get_config_var("EXT_SUFFIX"))
+    out = subprocess.run([*cc, "-shared", "-fPIC", "-O1", "-Wall", "-Wextra", "-Werror",
+                          "-isystem", sysconfig.get_paths()["include"], *(f"-I{d}" for d in c_include),
+                          str(source), "-o", str(so)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-4000:]
+    return so

@@ -76,7 +76,7 @@ def subject(spec: str) -> Subject:
     if spec in _BUILDERS:
         producer, consumer = _BUILDERS[spec]()
     else:
-        producer, consumer = _generic(spec)
+        producer, consumer = _hooked(spec) or _generic(spec)
     cuda = _CUDA_BUILDERS[spec]() if spec in _CUDA_BUILDERS else None
     return Subject(spec, version_of(spec), producer, consumer, spec, cuda)
 
@@ -475,6 +475,26 @@ _CUDA_BUILDERS: dict[str, Callable] = {
 
 
 # --- any library, through the array API ---------------------------------------------------------
+
+#: The factory hook: a module that defines this (a callable returning a
+#: ``(Producer | None, Consumer | None)`` pair) is checked through it, so a
+#: library that is no array-API namespace (an adopter of the vendored header,
+#: a test double) says itself how arrays are made and read:
+#: ``--library mymodule`` (docs/conformance.md, "Checking any library").
+HOOK = "__dlpack_conformance__"
+
+
+def _hooked(spec: str):
+    """The pair the factory hook of module ``spec`` gives, or None when
+    ``spec`` is ``module:attr`` or its module has no hook."""
+    if ":" in spec:
+        return None
+    hook = getattr(importlib.import_module(spec), HOOK, None)
+    if hook is None:
+        return None
+    producer, consumer = hook()
+    return producer, consumer
+
 
 def _generic(spec: str):
     """Producer and Consumer of any module, from the array API alone:

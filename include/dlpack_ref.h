@@ -1,0 +1,1581 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* SPDX-FileCopyrightText: dlpack-ref developers */
+/*
+ * dlpack_ref.h -- the vendorable DLPack protocol of dlpack-ref, in C.
+ *
+ * C99 and valid C++17. Every function is `static inline`: a library copies
+ * this file beside dlpack.h and dlpack_ref_tables.h (the dtype and device
+ * tables, generated from dlpack-ref's one Python table when dlpack-ref is
+ * built; dlpack_ref.get_include() ships all three) and includes it after
+ * Python.h, in as many translation units as it likes. Nothing links against
+ * dlpack-ref's compiled module, so the library needs no dlpack-ref at build
+ * or run time. Header-only rather than a single-file library with an
+ * implementation section: an implementation section needs exactly one
+ * translation unit to define a macro, which Cython modules (which include
+ * the header from generated C) cannot arrange, and inline functions let the
+ * compiler fold the checks into the caller's hot path.
+ *
+ * dlpack-ref's own core calls these very functions (through the Cython
+ * declarations in dlpack_ref_api.pxd), so a library that vendors them gets
+ * exactly the reference's rules, not a copy: this file is the one place each
+ * rule below is written (docs/vendoring.md).
+ *
+ * Conventions: a function that can fail returns -1 (or NULL) with a Python
+ * exception set, and needs the GIL (or, free-threaded, an attached thread
+ * state); deleters and capsule destructors need neither.
+ *
+ * Contents:
+ *   - the capsule names and limits of the Python protocol
+ *   - sizes: storage bits, bytes, element count, byte span
+ *   - the checks, one rule each: dlpack_check_*
+ *   - export: the one allocation block, its deleters, capsule destructors
+ *   - import: claiming a capsule, adopting and releasing a managed tensor,
+ *     the exchange table of a type, importing any producer
+ *   - dlpack_ref.Array, through its exchange table (only these two need
+ *     dlpack-ref installed)
+ */
+#ifndef DLPACK_REF_H
+#define DLPACK_REF_H
+
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+#include "dlpack.h"
+#include "dlpack_ref_tables.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* --- the capsule names and limits of the Python protocol ------------------
+ * Not in dlpack.h, so written here once; dlpack.pxd declares them for
+ * Cython, and the core exports them to Python (dlpack_ref.CAPSULE_NAMES). */
+#ifndef DLPACK_REF_PROTOCOL_NAMES
+#define DLPACK_REF_PROTOCOL_NAMES
+#define DLPACK_REF_CAPSULE_VERSIONED "dltensor_versioned"
+#define DLPACK_REF_CAPSULE_LEGACY "dltensor"
+#define DLPACK_REF_CAPSULE_USED_VERSIONED "used_dltensor_versioned"
+#define DLPACK_REF_CAPSULE_USED_LEGACY "used_dltensor"
+#define DLPACK_REF_CAPSULE_EXCHANGE_API "dlpack_exchange_api"
+/* The most dimensions a tensor may have (NumPy 2 allows as many). */
+#define DLPACK_REF_MAX_NDIM 64
+/* How many prev_api links are followed before a table is judged cyclic. */
+#define DLPACK_REF_MAX_API_CHAIN 16
+#endif
+
+/* A capsule's critical section (free-threaded 3.13+); the GIL serializes
+ * the same code elsewhere. */
+#if PY_VERSION_HEX >= 0x030D0000 && !defined(Py_LIMITED_API)
+#define DLPACK_REF_BEGIN_CRITICAL_SECTION(o) Py_BEGIN_CRITICAL_SECTION(o)
+#define DLPACK_REF_END_CRITICAL_SECTION() Py_END_CRITICAL_SECTION()
+#else
+#define DLPACK_REF_BEGIN_CRITICAL_SECTION(o) {
+#define DLPACK_REF_END_CRITICAL_SECTION() }
+#endif
+
+/* A DLPack tensor taken from a capsule or a producer. The holder owns it:
+ * dlpack_ref_release runs its deleter exactly once. */
+typedef struct DLPackRefTensor {
+    DLTensor* dl_tensor;
+    uint64_t flags;   /* DLPACK_FLAG_BITMASK_*; 0 for legacy */
+    void* managed;    /* DLManagedTensorVersioned* or DLManagedTensor* */
+    int versioned;
+} DLPackRefTensor;
+
+/* --- small helpers (not part of the API) ---------------------------------- */
+
+/* The tuple of n int64 values, for messages (NULL with an error set). */
+static inline PyObject* dlpack_ref_priv_tuple(const int64_t* v, int32_t n) {
+    int32_t i;
+    PyObject* t = PyTuple_New(n);
+    if (t == NULL) return NULL;
+    for (i = 0; i < n; ++i) {
+        PyObject* item = PyLong_FromLongLong((long long)v[i]);
+        if (item == NULL) { Py_DECREF(t); return NULL; }
+        PyTuple_SET_ITEM(t, i, item);
+    }
+    return t;
+}
+
+/* type(o).__name__, as a new reference (NULL with an error set). */
+static inline PyObject* dlpack_ref_priv_type_name(PyObject* o) {
+    return PyObject_GetAttrString((PyObject*)Py_TYPE(o), "__name__");
+}
+
+/* Run `fn(arg)` with the pending exception (if any) put aside: a deleter may
+ * run Python code (an owner's finalizer), which must not see it. */
+#if PY_VERSION_HEX >= 0x030C0000
+#define DLPACK_REF_PRIV_KEEP_ERROR(call)                 \
+    do {                                                 \
+        PyObject* dlref_pending_ = PyErr_GetRaisedException(); \
+        call;                                            \
+        PyErr_SetRaisedException(dlref_pending_);        \
+    } while (0)
+#else
+#define DLPACK_REF_PRIV_KEEP_ERROR(call)                 \
+    do {                                                 \
+        PyObject *dlref_t_, *dlref_v_, *dlref_tb_;       \
+        PyErr_Fetch(&dlref_t_, &dlref_v_, &dlref_tb_);   \
+        call;                                            \
+        PyErr_Restore(dlref_t_, dlref_v_, dlref_tb_);    \
+    } while (0)
+#endif
+
+/* --- sizes ----------------------------------------------------------------- */
+
+/* Bits one element occupies in memory: bits * lanes, or 8 for sub-byte types
+ * stored one per byte (IS_SUBBYTE_TYPE_PADDED). */
+static inline int64_t dlpack_ref_storage_bits(DLDataType dtype, uint64_t flags) {
+    int64_t bits = (int64_t)dtype.bits * dtype.lanes;
+    if (bits < 8 && (flags & DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED)) return 8;
+    return bits;
+}
+
+/* Bytes that `count` elements of `storage_bits` bits occupy (packed sub-byte
+ * data rounds up to whole bytes). The callers' checks keep it in int64. */
+static inline int64_t dlpack_ref_nbytes(int64_t count, int64_t storage_bits) {
+    return (count * storage_bits + 7) / 8;
+}
+
+/* The product of the extents; -1 when one is negative, -2 when the product
+ * overflows int64 (a zero extent makes any shape's product 0). */
+static inline int64_t dlpack_ref_element_count(const int64_t* shape, int32_t ndim) {
+    int64_t n = 1;
+    int32_t i;
+    for (i = 0; i < ndim; ++i) {
+        if (shape[i] < 0) return -1;
+        if (shape[i] == 0) n = 0;
+    }
+    if (n == 0) return 0;
+    for (i = 0; i < ndim; ++i) {
+        int64_t extent = shape[i];
+        /* Extents of 1 (common at high ndim) change nothing: no division. */
+        if (extent != 1) {
+            if (n > INT64_MAX / extent) return -2;
+            n *= extent;
+        }
+    }
+    return n;
+}
+
+/* Elements between the first and the farthest element, sum |stride| *
+ * (extent - 1), for a non-empty tensor; -1 when it overflows int64 or a
+ * stride is INT64_MAX or INT64_MIN. */
+static inline int64_t dlpack_ref_span(const int64_t* shape, const int64_t* strides, int32_t ndim) {
+    int64_t span = 0;
+    int32_t i;
+    for (i = 0; i < ndim; ++i) {
+        int64_t stride = strides[i];
+        /* The two extreme values cannot be negated or stepped over, whatever
+           the extent: refused on every axis. */
+        if (stride == INT64_MAX || stride < -INT64_MAX) return -1;
+        if (shape[i] <= 1) continue;
+        if (stride < 0) stride = -stride;
+        if (stride && shape[i] - 1 > (INT64_MAX - span) / stride) return -1;
+        span += stride * (shape[i] - 1);
+    }
+    return span;
+}
+
+/* --- the checks: one rule each; every consumer calls all of them ------------
+ * Each returns 0, or -1 with a BufferError naming the offending value and
+ * what is accepted. */
+
+static inline int dlpack_check_ndim(int32_t ndim) {
+    if (ndim < 0 || ndim > DLPACK_REF_MAX_NDIM) {
+        PyErr_Format(PyExc_BufferError, "DLTensor.ndim=%d is out of range; accepted: 0 to %d", (int)ndim,
+                     DLPACK_REF_MAX_NDIM);
+        return -1;
+    }
+    return 0;
+}
+
+static inline int dlpack_check_dtype(DLDataType dtype) {
+    if (dlpack_ref_dtype_format(dtype.code, dtype.bits, dtype.lanes) == NULL) {
+        PyErr_Format(PyExc_BufferError,
+                     "unsupported DLDataType(code=%d, bits=%d, lanes=%d): not a DLPack 1.3 data type; "
+                     "accepted (code, bits, lanes): %s",
+                     (int)dtype.code, (int)dtype.bits, (int)dtype.lanes, DLPACK_REF_DTYPES_ACCEPTED);
+        return -1;
+    }
+    return 0;
+}
+
+static inline int dlpack_check_device(DLDevice device) {
+    if (!dlpack_ref_device_type_known((int32_t)device.device_type)) {
+        PyErr_Format(PyExc_BufferError,
+                     "DLTensor.device=(%d, %d) has a device type that DLPack 1.3 does not define; defined: %s",
+                     (int)device.device_type, (int)device.device_id, DLPACK_REF_DEVICE_TYPES_ACCEPTED);
+        return -1;
+    }
+    if (device.device_id < 0) {
+        PyErr_Format(PyExc_BufferError, "DLTensor.device.device_id=%d is negative", (int)device.device_id);
+        return -1;
+    }
+    return 0;
+}
+
+static inline int dlpack_check_shape(const DLTensor* t) {
+    if (t->ndim > 0 && t->shape == NULL) {
+        PyErr_Format(PyExc_BufferError, "DLTensor.shape is NULL with ndim=%d", (int)t->ndim);
+        return -1;
+    }
+    return 0;
+}
+
+/* NULL strides meant row-major until DLPack 1.2 made them mandatory. */
+static inline int dlpack_check_strides(const DLTensor* t, int null_strides_ok) {
+    if (t->ndim > 0 && t->strides == NULL && !null_strides_ok) {
+        PyErr_SetString(PyExc_BufferError,
+                        "DLTensor.strides is NULL with ndim > 0, which DLPack >= 1.2 forbids (NULL meant "
+                        "row-major only in legacy and pre-1.2 capsules)");
+        return -1;
+    }
+    return 0;
+}
+
+/* The element count, after checking that it and its size in bytes fit
+ * int64; -1 with a BufferError otherwise. */
+static inline int64_t dlpack_check_extents(const DLTensor* t, uint64_t flags) {
+    int64_t n = dlpack_ref_element_count(t->shape, t->ndim);
+    int64_t bits;
+    int32_t i;
+    PyObject* shape;
+    if (n == -1) {
+        for (i = 0; i < t->ndim; ++i) {
+            if (t->shape[i] < 0) {
+                PyErr_Format(PyExc_BufferError, "DLTensor.shape[%d]=%lld is negative", (int)i,
+                             (long long)t->shape[i]);
+                return -1;
+            }
+        }
+    }
+    if (n == -2) {
+        n = 1;
+        for (i = 0; i < t->ndim; ++i) {
+            if (n > INT64_MAX / t->shape[i]) break;
+            n *= t->shape[i];
+        }
+        if (i == t->ndim) i = t->ndim - 1;
+        shape = dlpack_ref_priv_tuple(t->shape, t->ndim);
+        if (shape == NULL) return -1;
+        PyErr_Format(PyExc_BufferError,
+                     "DLTensor shape %R overflows int64 at axis %d (extent %lld): more elements than fit "
+                     "in int64", shape, (int)i, (long long)t->shape[i]);
+        Py_DECREF(shape);
+        return -1;
+    }
+    bits = dlpack_ref_storage_bits(t->dtype, flags);
+    if (bits > 0 && n > (INT64_MAX - 7) / bits) {
+        shape = dlpack_ref_priv_tuple(t->shape, t->ndim);
+        if (shape == NULL) return -1;
+        PyErr_Format(PyExc_BufferError, "DLTensor.shape %R of %d-bit elements needs more than 2**63 bytes",
+                     shape, (int)t->dtype.bits);
+        Py_DECREF(shape);
+        return -1;
+    }
+    return n;
+}
+
+/* The farthest element is addressable: its byte distance from the first
+ * fits int64. */
+static inline int dlpack_check_span(const DLTensor* t, int64_t count, uint64_t flags) {
+    int64_t span, bits;
+    PyObject *strides, *shape;
+    if (count == 0 || t->strides == NULL) return 0;   /* row-major: covered by the extents */
+    span = dlpack_ref_span(t->shape, t->strides, t->ndim);
+    bits = dlpack_ref_storage_bits(t->dtype, flags);
+    if (span < 0 || (bits > 0 && span + 1 > INT64_MAX / bits)) {
+        strides = dlpack_ref_priv_tuple(t->strides, t->ndim);
+        if (strides == NULL) return -1;
+        shape = dlpack_ref_priv_tuple(t->shape, t->ndim);
+        if (shape == NULL) { Py_DECREF(strides); return -1; }
+        PyErr_Format(PyExc_BufferError, "DLTensor strides %R with shape %R reach beyond 2**63 bytes", strides,
+                     shape);
+        Py_DECREF(strides);
+        Py_DECREF(shape);
+        return -1;
+    }
+    return 0;
+}
+
+static inline int dlpack_check_data(const DLTensor* t, int64_t count) {
+    PyObject* shape;
+    if (t->data == NULL && count != 0) {
+        shape = dlpack_ref_priv_tuple(t->shape, t->ndim);
+        if (shape == NULL) return -1;
+        PyErr_Format(PyExc_BufferError, "DLTensor.data is NULL for a non-empty tensor (shape %R)", shape);
+        Py_DECREF(shape);
+        return -1;
+    }
+    return 0;
+}
+
+static inline int dlpack_check_byte_offset(const DLTensor* t) {
+    if (t->byte_offset > (uint64_t)INT64_MAX) {
+        PyErr_Format(PyExc_BufferError, "DLTensor.byte_offset=%llu overflows int64",
+                     (unsigned long long)t->byte_offset);
+        return -1;
+    }
+    return 0;
+}
+
+/* Every rule a DLTensor must meet before any of its fields is trusted. */
+static inline int dlpack_check_tensor(const DLTensor* t, uint64_t flags, int null_strides_ok) {
+    int64_t count;
+    if (dlpack_check_ndim(t->ndim) < 0 || dlpack_check_dtype(t->dtype) < 0 || dlpack_check_device(t->device) < 0
+            || dlpack_check_shape(t) < 0 || dlpack_check_strides(t, null_strides_ok) < 0)
+        return -1;
+    count = dlpack_check_extents(t, flags);
+    if (count < 0 || dlpack_check_span(t, count, flags) < 0 || dlpack_check_data(t, count) < 0
+            || dlpack_check_byte_offset(t) < 0)
+        return -1;
+    return 0;
+}
+
+static inline int dlpack_check_version(const DLManagedTensorVersioned* m) {
+    if (m->version.major != DLPACK_MAJOR_VERSION) {
+        PyErr_Format(PyExc_BufferError,
+                     "DLPack capsule has version %u.%u; major version %d (ABI %d.%d) is read here. "
+                     "Its deleter was called.",
+                     (unsigned)m->version.major, (unsigned)m->version.minor, DLPACK_MAJOR_VERSION,
+                     DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION);
+        return -1;
+    }
+    return 0;
+}
+
+/* Every rule a managed tensor (DLManagedTensorVersioned* when `versioned`,
+ * else DLManagedTensor*) must meet: the version, then dlpack_check_tensor.
+ * The caller owns it and runs its deleter on failure. */
+static inline int dlpack_check_managed(void* managed, int versioned) {
+    DLManagedTensorVersioned* mv;
+    if (!versioned) return dlpack_check_tensor(&((DLManagedTensor*)managed)->dl_tensor, 0, 1);
+    mv = (DLManagedTensorVersioned*)managed;
+    if (dlpack_check_version(mv) < 0) return -1;
+    return dlpack_check_tensor(&mv->dl_tensor, mv->flags, mv->version.minor < 2);
+}
+
+/* --- export: the one allocation, its deleters and capsule destructors ------
+ * Exports are made with the GIL held, so the block comes from pymalloc:
+ * the managed struct, then shape and strides (2 * ndim int64). */
+
+static inline int dlpack_ref_api_is_finalizing(void) {
+#if PY_VERSION_HEX >= 0x030D0000
+    return Py_IsFinalizing();
+#else
+    return _Py_IsFinalizing();
+#endif
+}
+
+/* Drop the owner and free the block of an export. A deleter can run on a
+ * thread without the GIL, or after the interpreter has finalized; in the last
+ * case touching Python would crash, so both are leaked: the process is
+ * ending and the OS reclaims the memory. */
+static inline void dlpack_ref_api_release_block(PyObject* owner, void* block) {
+    PyGILState_STATE st;
+    if (!Py_IsInitialized()) return;
+    if (PyGILState_Check()) { Py_XDECREF(owner); PyMem_Free(block); return; }
+    if (dlpack_ref_api_is_finalizing()) return;
+    st = PyGILState_Ensure();
+    Py_XDECREF(owner);
+    PyMem_Free(block);
+    PyGILState_Release(st);
+}
+
+static inline void dlpack_ref_api_delete_versioned(DLManagedTensorVersioned* self) {
+    dlpack_ref_api_release_block((PyObject*)self->manager_ctx, self);
+}
+
+static inline void dlpack_ref_api_delete_legacy(DLManagedTensor* self) {
+    dlpack_ref_api_release_block((PyObject*)self->manager_ctx, self);
+}
+
+/* An unconsumed capsule still owns its tensor; a consumer renames it.
+ * Whoever destroys a capsule holds the GIL, so a block of ours is released
+ * right here; a foreign deleter is called as it is. Deleters are compared by
+ * address: each translation unit (each vendoring library) has its own copy
+ * of the inline deleters, and releases the others' blocks through their
+ * deleter, which is just as right. */
+#define DLPACK_REF_PRIV_DESTROY(Managed, own_deleter, capsule_name)   \
+    const char* name = PyCapsule_GetName(capsule);                    \
+    Managed* m;                                                       \
+    if (name == NULL || strcmp(name, capsule_name) != 0) return;      \
+    m = (Managed*)PyCapsule_GetPointer(capsule, name);                \
+    if (m->deleter == own_deleter) {                                  \
+        Py_XDECREF((PyObject*)m->manager_ctx);                        \
+        PyMem_Free(m);                                                \
+    } else if (m->deleter) {                                          \
+        m->deleter(m);                                                \
+    }
+
+static inline void dlpack_ref_api_destroy_versioned(PyObject* capsule) {
+    DLPACK_REF_PRIV_DESTROY(DLManagedTensorVersioned, dlpack_ref_api_delete_versioned, DLPACK_REF_CAPSULE_VERSIONED)
+}
+
+static inline void dlpack_ref_api_destroy_legacy(PyObject* capsule) {
+    DLPACK_REF_PRIV_DESTROY(DLManagedTensor, dlpack_ref_api_delete_legacy, DLPACK_REF_CAPSULE_LEGACY)
+}
+
+/* t's metadata into `into`, shape and strides into `storage` (2 * ndim int64
+ * right after the managed struct); NULL strides become row-major. */
+static inline void dlpack_ref_api_fill(DLTensor* into, const DLTensor* t, int64_t* storage) {
+    int32_t i;
+    int64_t s = 1;
+    *into = *t;
+    into->shape = storage;
+    into->strides = storage + t->ndim;
+    if (t->ndim == 0) return;
+    memcpy(storage, t->shape, (size_t)t->ndim * sizeof(int64_t));
+    if (t->strides != NULL) {
+        memcpy(storage + t->ndim, t->strides, (size_t)t->ndim * sizeof(int64_t));
+        return;
+    }
+    for (i = t->ndim - 1; i >= 0; --i) {
+        storage[t->ndim + i] = s;
+        s *= t->shape[i] > 0 ? t->shape[i] : 1;
+    }
+}
+
+/* The block of a versioned export owning one reference to `owner`. */
+static inline DLManagedTensorVersioned* dlpack_ref_api_versioned_block(const DLTensor* t, PyObject* owner,
+                                                                       uint64_t flags) {
+    DLManagedTensorVersioned* m = (DLManagedTensorVersioned*)PyMem_Malloc(
+        sizeof(DLManagedTensorVersioned) + 2 * (size_t)t->ndim * sizeof(int64_t));
+    if (m == NULL) { PyErr_NoMemory(); return NULL; }
+    m->version.major = DLPACK_MAJOR_VERSION;
+    m->version.minor = DLPACK_MINOR_VERSION;
+    m->flags = flags;
+    dlpack_ref_api_fill(&m->dl_tensor, t, (int64_t*)(m + 1));
+    Py_INCREF(owner);
+    m->manager_ctx = owner;
+    m->deleter = dlpack_ref_api_delete_versioned;
+    return m;
+}
+
+/* A capsule owning an existing managed tensor (deleted if that fails). */
+static inline PyObject* dlpack_ref_api_wrap_versioned(DLManagedTensorVersioned* m) {
+    PyObject* capsule = PyCapsule_New(m, DLPACK_REF_CAPSULE_VERSIONED, dlpack_ref_api_destroy_versioned);
+    if (capsule == NULL && m->deleter) DLPACK_REF_PRIV_KEEP_ERROR(m->deleter(m));
+    return capsule;
+}
+
+static inline PyObject* dlpack_ref_api_wrap_legacy(DLManagedTensor* m) {
+    PyObject* capsule = PyCapsule_New(m, DLPACK_REF_CAPSULE_LEGACY, dlpack_ref_api_destroy_legacy);
+    if (capsule == NULL && m->deleter) DLPACK_REF_PRIV_KEEP_ERROR(m->deleter(m));
+    return capsule;
+}
+
+static inline PyObject* dlpack_ref_api_new_versioned(const DLTensor* t, PyObject* owner, uint64_t flags) {
+    DLManagedTensorVersioned* m = dlpack_ref_api_versioned_block(t, owner, flags);
+    return m == NULL ? NULL : dlpack_ref_api_wrap_versioned(m);
+}
+
+static inline PyObject* dlpack_ref_api_new_legacy(const DLTensor* t, PyObject* owner) {
+    DLManagedTensor* m = (DLManagedTensor*)PyMem_Malloc(sizeof(DLManagedTensor)
+                                                        + 2 * (size_t)t->ndim * sizeof(int64_t));
+    if (m == NULL) return PyErr_NoMemory();
+    dlpack_ref_api_fill(&m->dl_tensor, t, (int64_t*)(m + 1));
+    Py_INCREF(owner);
+    m->manager_ctx = owner;
+    m->deleter = dlpack_ref_api_delete_legacy;
+    return dlpack_ref_api_wrap_legacy(m);
+}
+
+/* What an exporter must describe: a ValueError (a caller's bug, not a
+ * DLPack refusal) for an ndim out of range or a missing shape. */
+static inline int dlpack_ref_priv_check_export(const DLTensor* t) {
+    if (t->ndim < 0 || t->ndim > DLPACK_REF_MAX_NDIM) {
+        PyErr_Format(PyExc_ValueError, "DLTensor.ndim=%d is out of range 0..%d", (int)t->ndim,
+                     DLPACK_REF_MAX_NDIM);
+        return -1;
+    }
+    if (t->ndim > 0 && t->shape == NULL) {
+        PyErr_Format(PyExc_ValueError, "DLTensor.shape is NULL with ndim=%d", (int)t->ndim);
+        return -1;
+    }
+    return 0;
+}
+
+/* A `dltensor_versioned` capsule (version 1.3, `flags`) describing
+ * `tensor`; its shape/strides are copied (NULL strides become row-major),
+ * `owner` is kept alive until the consumer's deleter call. */
+static inline PyObject* dlpack_ref_export_versioned(const DLTensor* tensor, PyObject* owner, uint64_t flags) {
+    if (dlpack_ref_priv_check_export(tensor) < 0) return NULL;
+    return dlpack_ref_api_new_versioned(tensor, owner, flags);
+}
+
+/* A legacy `dltensor` capsule (for consumers older than DLPack 1.0). */
+static inline PyObject* dlpack_ref_export_legacy(const DLTensor* tensor, PyObject* owner) {
+    if (dlpack_ref_priv_check_export(tensor) < 0) return NULL;
+    return dlpack_ref_api_new_legacy(tensor, owner);
+}
+
+/* --- import: capsule or producer -> owned tensor --------------------------- */
+
+/* Run the deleter of a taken tensor (once: the holder is cleared). Needs no
+ * GIL of its own; the deleter takes what it needs. */
+static inline void dlpack_ref_release(DLPackRefTensor* t) {
+    if (t->managed == NULL) return;
+    if (t->versioned) {
+        DLManagedTensorVersioned* mv = (DLManagedTensorVersioned*)t->managed;
+        if (mv->deleter != NULL) mv->deleter(mv);
+    } else {
+        DLManagedTensor* ml = (DLManagedTensor*)t->managed;
+        if (ml->deleter != NULL) ml->deleter(ml);
+    }
+    t->managed = NULL;
+    t->dl_tensor = NULL;
+}
+
+/* Own `managed` and check it with dlpack_check_managed. On failure its
+ * deleter has run once and the error is set; `out` is filled only on
+ * success. */
+static inline int dlpack_ref_adopt(void* managed, int versioned, DLPackRefTensor* out) {
+    DLPackRefTensor t;
+    t.managed = managed;
+    t.versioned = versioned;
+    if (versioned) {
+        t.dl_tensor = &((DLManagedTensorVersioned*)managed)->dl_tensor;
+        t.flags = ((DLManagedTensorVersioned*)managed)->flags;
+    } else {
+        t.dl_tensor = &((DLManagedTensor*)managed)->dl_tensor;
+        t.flags = 0;
+    }
+    if (dlpack_check_managed(managed, versioned) < 0) {
+        DLPACK_REF_PRIV_KEEP_ERROR(dlpack_ref_release(&t));
+        return -1;
+    }
+    *out = t;
+    return 0;
+}
+
+/* The managed tensor of an unconsumed `dltensor_versioned` or `dltensor`
+ * capsule, which is renamed `used_*`: from here on the caller owns the
+ * tensor (and runs its deleter). `*versioned` tells which struct it is.
+ * NULL with TypeError (not a capsule) or BufferError (consumed, or not a
+ * DLPack capsule). */
+static inline void* dlpack_ref_claim(PyObject* capsule, int* versioned) {
+    const char* name = NULL;
+    void* managed = NULL;
+    PyObject* shown;
+    if (!PyCapsule_CheckExact(capsule)) {
+        PyObject* tn = dlpack_ref_priv_type_name(capsule);
+        if (tn != NULL) {
+            PyErr_Format(PyExc_TypeError, "expected a DLPack capsule, not %U", tn);
+            Py_DECREF(tn);
+        }
+        return NULL;
+    }
+    /* Read and rename under the capsule's critical section: without the GIL
+       two threads could both read the unused name and both take the tensor
+       (two owners, the deleter called twice). It serializes the consumers
+       that lock the capsule (this header, so dlpack-ref and every library
+       that vendors it); a library that renames without locking races with
+       them (docs/guarantees.md, Free threading). */
+    DLPACK_REF_BEGIN_CRITICAL_SECTION(capsule);
+    name = PyCapsule_GetName(capsule);
+    if (name != NULL && strcmp(name, DLPACK_REF_CAPSULE_VERSIONED) == 0) {
+        /* Its own name pointer: CPython compares pointers first, so the name
+           is not compared a second time. */
+        managed = PyCapsule_GetPointer(capsule, name);
+        PyCapsule_SetName(capsule, DLPACK_REF_CAPSULE_USED_VERSIONED);
+        *versioned = 1;
+    } else if (name != NULL && strcmp(name, DLPACK_REF_CAPSULE_LEGACY) == 0) {
+        managed = PyCapsule_GetPointer(capsule, DLPACK_REF_CAPSULE_LEGACY);
+        PyCapsule_SetName(capsule, DLPACK_REF_CAPSULE_USED_LEGACY);
+        *versioned = 0;
+    }
+    DLPACK_REF_END_CRITICAL_SECTION();
+    if (managed != NULL) return managed;
+    if (name != NULL && (strcmp(name, DLPACK_REF_CAPSULE_USED_VERSIONED) == 0
+                         || strcmp(name, DLPACK_REF_CAPSULE_USED_LEGACY) == 0)) {
+        PyErr_Format(PyExc_BufferError,
+                     "this DLPack capsule was already consumed (it is named '%s'); a capsule can be "
+                     "imported once", name);
+        return NULL;
+    }
+    if (name == NULL) {
+        shown = PyUnicode_FromString("NULL");
+    } else {
+        PyObject* decoded = PyUnicode_DecodeUTF8(name, (Py_ssize_t)strlen(name), "replace");
+        shown = decoded == NULL ? NULL : PyObject_Repr(decoded);
+        Py_XDECREF(decoded);
+    }
+    if (shown == NULL) return NULL;
+    PyErr_Format(PyExc_BufferError, "a capsule named %U is not a DLPack capsule; expected '%s' or '%s'", shown,
+                 DLPACK_REF_CAPSULE_VERSIONED, DLPACK_REF_CAPSULE_LEGACY);
+    Py_DECREF(shown);
+    return NULL;
+}
+
+/* Take ownership of the tensor of a `dltensor_versioned` or `dltensor`
+ * capsule (dlpack_ref_claim) and check it (dlpack_ref_adopt). Whether this
+ * library can hold memory of the tensor's device is the caller's to
+ * decide. */
+static inline int dlpack_ref_take(PyObject* capsule, DLPackRefTensor* out) {
+    int versioned = 0;
+    void* managed = dlpack_ref_claim(capsule, &versioned);
+    if (managed == NULL) return -1;
+    return dlpack_ref_adopt(managed, versioned, out);
+}
+
+/* Whether a class of tp's MRO defines `__dlpack__` before (below) the one
+ * that publishes `__dlpack_c_exchange_api__`: 1 or 0, -1 with an error. */
+static inline int dlpack_ref_priv_dunder_overridden(PyObject* tp) {
+    PyObject *mro, *it, *cls;
+    PyObject* api_key = PyUnicode_FromString("__dlpack_c_exchange_api__");
+    PyObject* dunder_key = PyUnicode_FromString("__dlpack__");
+    int result = 0;
+    if (api_key == NULL || dunder_key == NULL) { result = -1; goto done; }
+    mro = PyObject_GetAttrString(tp, "__mro__");
+    if (mro == NULL) {
+        if (PyErr_ExceptionMatches(PyExc_AttributeError)) PyErr_Clear(); else result = -1;
+        goto done;
+    }
+    it = PyObject_GetIter(mro);
+    Py_DECREF(mro);
+    if (it == NULL) { result = -1; goto done; }
+    while ((cls = PyIter_Next(it)) != NULL) {
+        int has_api, has_dunder = 0;
+        PyObject* ns = PyObject_GetAttrString(cls, "__dict__");
+        Py_DECREF(cls);
+        if (ns == NULL) {
+            if (!PyErr_ExceptionMatches(PyExc_AttributeError)) { result = -1; break; }
+            PyErr_Clear();
+            continue;
+        }
+        if (ns == Py_None) { Py_DECREF(ns); continue; }
+        has_api = PySequence_Contains(ns, api_key);
+        if (has_api == 0) has_dunder = PySequence_Contains(ns, dunder_key);
+        Py_DECREF(ns);
+        if (has_api < 0 || has_dunder < 0) { result = -1; break; }
+        if (has_api) break;
+        if (has_dunder) { result = 1; break; }
+    }
+    Py_DECREF(it);
+    if (result == 0 && PyErr_Occurred()) result = -1;
+done:
+    Py_XDECREF(api_key);
+    Py_XDECREF(dunder_key);
+    return result;
+}
+
+/* The DLPack 1.x exchange table a type publishes as
+ * `__dlpack_c_exchange_api__` (following `prev_api` from another major
+ * version, at most DLPACK_REF_MAX_API_CHAIN links: a longer chain is taken as
+ * a cycle), or NULL when it has none usable. Any Exception reading the
+ * attribute also means "none" (cleared): the caller falls back to
+ * `__dlpack__`; NULL with an error set only for a BaseException such as
+ * KeyboardInterrupt. The table stands in for `__dlpack__`, so it is not used
+ * when a class below the one that publishes it in `tp.__mro__` defines
+ * `__dlpack__`: a subclass that overrides `__dlpack__` gets its override
+ * called. Not cached: callers on a hot path keep the result per type. */
+static inline const DLPackExchangeAPI* dlpack_ref_exchange_api(PyObject* tp) {
+    const DLPackExchangeAPIHeader* header;
+    int links = 0, overridden;
+    PyObject* cap = PyObject_GetAttrString(tp, "__dlpack_c_exchange_api__");
+    if (cap == NULL) goto failed;
+    overridden = dlpack_ref_priv_dunder_overridden(tp);
+    if (overridden != 0) {
+        Py_DECREF(cap);
+        if (overridden < 0) goto failed;
+        return NULL;
+    }
+    if (!PyCapsule_IsValid(cap, DLPACK_REF_CAPSULE_EXCHANGE_API)) { Py_DECREF(cap); return NULL; }
+    /* The table is static data of its library; the type keeps the capsule,
+       and the library, alive. */
+    header = (const DLPackExchangeAPIHeader*)PyCapsule_GetPointer(cap, DLPACK_REF_CAPSULE_EXCHANGE_API);
+    Py_DECREF(cap);
+    while (header != NULL && header->version.major != DLPACK_MAJOR_VERSION) {
+        if (++links > DLPACK_REF_MAX_API_CHAIN) return NULL;
+        header = header->prev_api;
+    }
+    if (header == NULL || ((const DLPackExchangeAPI*)header)->managed_tensor_from_py_object_no_sync == NULL)
+        return NULL;
+    return (const DLPackExchangeAPI*)header;
+failed:
+    if (PyErr_ExceptionMatches(PyExc_Exception)) PyErr_Clear();
+    return NULL;
+}
+
+/* --- calls into another library's exchange table ------------------------------
+ * Each function of a table is called through these, which hand back its
+ * status as a plain int: a table may return nonzero with no exception set, or
+ * set an exception and return 0. Either is a failure; what it leads to is
+ * decided per function (docs/exchange_api.md, "Calls into a foreign table"). */
+
+static inline int dlpack_ref_api_table_from_py(const DLPackExchangeAPI* api, PyObject* obj,
+                                               DLManagedTensorVersioned** out) {
+    return api->managed_tensor_from_py_object_no_sync((void*)obj, out);
+}
+static inline int dlpack_ref_api_table_to_py(const DLPackExchangeAPI* api, DLManagedTensorVersioned* tensor,
+                                             void** out) {
+    return api->managed_tensor_to_py_object_no_sync(tensor, out);
+}
+static inline int dlpack_ref_api_table_view(const DLPackExchangeAPI* api, PyObject* obj, DLTensor* out) {
+    return api->dltensor_from_py_object_no_sync((void*)obj, out);
+}
+static inline int dlpack_ref_api_table_stream(const DLPackExchangeAPI* api, int32_t device_type, int32_t device_id,
+                                              void** out) {
+    return api->current_work_stream((DLDeviceType)device_type, device_id, out);
+}
+/* -1 with the error a call left set: raises it in Cython. */
+static inline int dlpack_ref_api_pending_error(void) { return -1; }
+
+/* Whether a table call failed: a nonzero status or an exception set. */
+static inline int dlpack_ref_table_failed(int status) { return status != 0 || PyErr_Occurred() != NULL; }
+
+/* The exception for a failed call of `function` in the exchange table of type
+ * `tp` (a new reference, to raise; the pending error is taken). A failure as
+ * the header describes it, a nonzero status with an exception set, gives
+ * that exception as it is: the producer's own error. A nonzero status with
+ * none set, or an exception set with status 0, gives a BufferError naming
+ * the type and the function, the exception as its __cause__. */
+static inline PyObject* dlpack_ref_table_error(PyObject* tp, const char* function, int status) {
+    PyObject *cause = NULL, *name, *error;
+    if (PyErr_Occurred()) {
+#if PY_VERSION_HEX >= 0x030C0000
+        cause = PyErr_GetRaisedException();
+#else
+        PyObject *t, *v, *tb;
+        PyErr_Fetch(&t, &v, &tb);
+        PyErr_NormalizeException(&t, &v, &tb);
+        if (tb != NULL && v != NULL) PyException_SetTraceback(v, tb);
+        Py_XDECREF(t);
+        Py_XDECREF(tb);
+        cause = v;
+#endif
+        if (cause == NULL) return NULL;
+        if (status != 0 || !PyObject_TypeCheck(cause, (PyTypeObject*)PyExc_Exception)) return cause;
+    }
+    name = PyObject_GetAttrString(tp, "__name__");
+    if (name == NULL) { PyErr_Clear(); name = PyObject_Str(tp); }
+    if (name == NULL) { Py_XDECREF(cause); return NULL; }
+    if (cause == NULL)
+        error = PyObject_CallFunction(PyExc_BufferError, "N",
+                                      PyUnicode_FromFormat("the DLPack exchange API of %U failed in %s: returned %d "
+                                                           "without setting an exception", name, function, status));
+    else
+        error = PyObject_CallFunction(PyExc_BufferError, "N",
+                                      PyUnicode_FromFormat("the DLPack exchange API of %U failed in %s: returned 0 "
+                                                           "but set %s: %S", name, function,
+                                                           Py_TYPE(cause)->tp_name, cause));
+    Py_DECREF(name);
+    if (error != NULL && cause != NULL) PyException_SetCause(error, cause);   /* steals cause */
+    else Py_XDECREF(cause);
+    return error;
+}
+
+/* A TypeError naming what from_dlpack accepts (returns -1). */
+static inline int dlpack_ref_priv_not_producer(PyObject* obj) {
+    PyObject* tn = dlpack_ref_priv_type_name(obj);
+    if (tn != NULL) {
+        PyErr_Format(PyExc_TypeError, "expected a DLPack producer or capsule, not %U", tn);
+        Py_DECREF(tn);
+    }
+    return -1;
+}
+
+/* Take the tensor of any DLPack producer or capsule, zero-copy, with no
+ * synchronization asked for (CPU data, or data whose stream ordering the
+ * caller handles). The exchange table of obj's type is used when it has one,
+ * else `obj.__dlpack__(max_version=(1, 3))` (`obj.__dlpack__()` for
+ * producers older than 1.0, which raise TypeError). */
+static inline int dlpack_ref_import(PyObject* obj, DLPackRefTensor* out) {
+    const DLPackExchangeAPI* api;
+    DLManagedTensorVersioned* m = NULL;
+    PyObject *capsule, *method, *kwargs, *version, *empty;
+    int r;
+    if (PyCapsule_CheckExact(obj)) return dlpack_ref_take(obj, out);
+    api = dlpack_ref_exchange_api((PyObject*)Py_TYPE(obj));
+    if (api == NULL && PyErr_Occurred()) return -1;
+    if (api != NULL) {
+        int status = dlpack_ref_api_table_from_py(api, obj, &m);
+        if (!dlpack_ref_table_failed(status) && m != NULL) return dlpack_ref_adopt(m, 1, out);
+        /* The table stands in for __dlpack__, so any failure of it asks
+           __dlpack__, whose answer (or refusal) is the one the caller gets. */
+        PyErr_Clear();
+        if (m != NULL && m->deleter != NULL) m->deleter(m);   /* handed with a failure: not trusted, ours to free */
+    }
+    method = PyObject_GetAttrString(obj, "__dlpack__");
+    if (method == NULL) {
+        if (PyErr_ExceptionMatches(PyExc_AttributeError)) {
+            PyErr_Clear();
+            return dlpack_ref_priv_not_producer(obj);
+        }
+        return -1;
+    }
+    version = Py_BuildValue("(ii)", DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION);
+    kwargs = version == NULL ? NULL : Py_BuildValue("{sO}", "max_version", version);
+    Py_XDECREF(version);
+    empty = kwargs == NULL ? NULL : PyTuple_New(0);
+    capsule = empty == NULL ? NULL : PyObject_Call(method, empty, kwargs);
+    Py_XDECREF(empty);
+    Py_XDECREF(kwargs);
+    if (capsule == NULL && PyErr_ExceptionMatches(PyExc_TypeError)) {
+        /* A producer older than DLPack 1.0 rejects max_version. */
+        PyErr_Clear();
+        capsule = PyObject_CallNoArgs(method);
+    }
+    Py_DECREF(method);
+    if (capsule == NULL) return -1;
+    r = dlpack_ref_take(capsule, out);
+    Py_DECREF(capsule);
+    return r;
+}
+
+/* --- devices and arguments of the producer protocol ------------------------- */
+
+/* Whether code on `dev` can use memory on `mem` in place, without a copy:
+ * the one in-place access table (docs/semantics.md prints it). */
+static inline int dlpack_ref_can_access(DLDevice dev, DLDevice mem) {
+    int32_t d = (int32_t)dev.device_type, m = (int32_t)mem.device_type;
+    if (d == m && (dev.device_id == mem.device_id || d == kDLCPU)) return 1;
+    if (m == kDLCUDAHost) return d == kDLCPU || d == kDLCUDA || d == kDLCUDAHost;
+    if (m == kDLCUDAManaged) return d == kDLCPU || d == kDLCUDA || d == kDLCUDAManaged;
+    if (m == kDLROCMHost) return d == kDLCPU || d == kDLROCM || d == kDLROCMHost;
+    return 0;
+}
+
+/* "cpu:0", "cuda:1", ...: a device as dlpack_ref.Device prints it (new
+ * reference, NULL with an error set). */
+static inline PyObject* dlpack_ref_device_str(DLDevice dev) {
+    char lower[32];
+    size_t i;
+    const char* name = dlpack_ref_device_type_name((int32_t)dev.device_type);
+    if (name == NULL) return PyUnicode_FromFormat("%d:%d", (int)dev.device_type, (int)dev.device_id);
+    for (i = 0; name[i] != '\0' && i + 1 < sizeof lower; ++i)
+        lower[i] = (char)(name[i] >= 'A' && name[i] <= 'Z' ? name[i] - 'A' + 'a' : name[i]);
+    lower[i] = '\0';
+    return PyUnicode_FromFormat("%s:%d", lower, (int)dev.device_id);
+}
+
+/* Whether a `max_version` argument asks for a versioned capsule: 0 for None
+ * or a major below 1, 1 for (1, x) and above, -1 with a TypeError for
+ * anything but None or a (major, minor) tuple of ints (bool is no int here). */
+static inline int dlpack_ref_wants_versioned(PyObject* max_version) {
+    PyObject *major, *minor;
+    long long v;
+    int overflow = 0;
+    if (max_version == Py_None) return 0;
+    if (!PyTuple_CheckExact(max_version) || PyTuple_GET_SIZE(max_version) != 2) goto bad;
+    major = PyTuple_GET_ITEM(max_version, 0);
+    minor = PyTuple_GET_ITEM(max_version, 1);
+    if (!PyLong_Check(major) || PyBool_Check(major) || !PyLong_Check(minor) || PyBool_Check(minor)) goto bad;
+    v = PyLong_AsLongLongAndOverflow(major, &overflow);
+    if (v == -1 && PyErr_Occurred()) return -1;
+    return overflow > 0 || (overflow == 0 && v >= 1);
+bad:
+    PyErr_Format(PyExc_TypeError, "max_version must be None or a (major, minor) tuple of ints, not %R", max_version);
+    return -1;
+}
+
+/* `copy` is True, False or None: 0, or -1 with a TypeError. */
+static inline int dlpack_ref_check_copy_arg(PyObject* copy) {
+    if (copy == Py_None || copy == Py_True || copy == Py_False) return 0;
+    PyErr_Format(PyExc_TypeError, "copy must be True, False or None, not %R", copy);
+    return -1;
+}
+
+/* A `dl_device` argument: a (device_type, device_id) tuple of ints (IntEnum
+ * members count, bool does not) naming a DLPack 1.3 device. TypeError for
+ * another shape, ValueError for an unknown type or a negative id. */
+static inline int dlpack_ref_parse_dl_device(PyObject* obj, DLDevice* out) {
+    PyObject *t, *i;
+    long long tv, iv;
+    int o1 = 0, o2 = 0;
+    if (!PyTuple_Check(obj) || PyTuple_GET_SIZE(obj) != 2) goto bad;
+    t = PyTuple_GET_ITEM(obj, 0);
+    i = PyTuple_GET_ITEM(obj, 1);
+    if (!PyLong_Check(t) || PyBool_Check(t) || !PyLong_Check(i) || PyBool_Check(i)) goto bad;
+    tv = PyLong_AsLongLongAndOverflow(t, &o1);
+    iv = PyLong_AsLongLongAndOverflow(i, &o2);
+    if (PyErr_Occurred()) return -1;
+    if (o1 || tv < 1 || tv > 0x7FFFFFFF || !dlpack_ref_device_type_known((int32_t)tv)) {
+        PyErr_Format(PyExc_ValueError, "dl_device=%R has a device type that DLPack 1.3 does not define; defined: %s",
+                     obj, DLPACK_REF_DEVICE_TYPES_ACCEPTED);
+        return -1;
+    }
+    if (o2 || iv < 0 || iv > 0x7FFFFFFF) {
+        PyErr_Format(PyExc_ValueError, "dl_device=%R has a device id that is not a non-negative int32", obj);
+        return -1;
+    }
+    out->device_type = (DLDeviceType)tv;
+    out->device_id = (int32_t)iv;
+    return 0;
+bad:
+    PyErr_Format(PyExc_TypeError, "dl_device must be None or a (device_type, device_id) tuple of ints, not %R", obj);
+    return -1;
+}
+
+/* The stream rule: the value a DLPack `stream` argument names for memory on
+ * `device` (of the CUDA family when `cuda_memory`), into *out: 1 for None
+ * (the legacy default stream), -1 (do not synchronize) as is, else 1, 2 or a
+ * handle > 2; an object with `__cuda_stream__` stands for its handle (0 from
+ * the protocol is the legacy default). 0 is ambiguous (ValueError); CPU and
+ * other stream-less memory accept only None. `owner` names the array in
+ * messages. python/dlpack_ref/_streams.py is the same rule for the core's
+ * CUDA layer, which is Python; tests/test_vendor_header.py holds the two to
+ * the same answers. */
+static inline int dlpack_ref_stream_value(PyObject* stream, int cuda_memory, DLDevice device, PyObject* owner,
+                                          int64_t* out) {
+    PyObject *proto, *info, *tn, *where;
+    long long v;
+    int overflow = 0;
+    if (stream == Py_None) { *out = 1; return 0; }
+    if (!cuda_memory) {
+        int has_proto = PyObject_HasAttrString(stream, "__cuda_stream__");
+        if (PyLong_Check(stream) || has_proto) {
+            tn = dlpack_ref_priv_type_name(owner);
+            where = tn == NULL ? NULL : dlpack_ref_device_str(device);
+            if (where != NULL)
+                PyErr_Format(PyExc_ValueError,
+                             "stream=%R was passed for an %U on %U; only stream=None is accepted for CPU memory",
+                             stream, tn, where);
+            Py_XDECREF(tn);
+            Py_XDECREF(where);
+            return -1;
+        }
+        tn = dlpack_ref_priv_type_name(stream);
+        if (tn != NULL) {
+            PyErr_Format(PyExc_TypeError, "stream must be None for CPU memory, not %U", tn);
+            Py_DECREF(tn);
+        }
+        return -1;
+    }
+    if (PyBool_Check(stream)) {
+        PyErr_SetString(PyExc_TypeError, "stream must be None, an int or an object with __cuda_stream__, not bool");
+        return -1;
+    }
+    if (PyLong_Check(stream)) {
+        v = PyLong_AsLongLongAndOverflow(stream, &overflow);
+        if (v == -1 && PyErr_Occurred()) return -1;
+        if (overflow == 0 && v == 0) {
+            PyErr_SetString(PyExc_ValueError,
+                            "stream=0 is ambiguous and not allowed (use 1 for the legacy default stream, 2 for the "
+                            "per-thread default stream, or a CUstream handle > 2)");
+            return -1;
+        }
+        if (overflow < 0 || (overflow == 0 && v < -1)) {
+            PyErr_Format(PyExc_ValueError,
+                         "stream=%R is not valid: expected None, -1, 1, 2 or a CUstream handle > 2", stream);
+            return -1;
+        }
+        if (overflow > 0) {
+            /* A handle is a pointer: up to 2**64 - 1, kept as its bits. */
+            unsigned long long u = PyLong_AsUnsignedLongLong(stream);
+            if (u == (unsigned long long)-1 && PyErr_Occurred()) return -1;
+            *out = (int64_t)u;
+            return 0;
+        }
+        *out = (int64_t)v;
+        return 0;
+    }
+    proto = PyObject_GetAttrString(stream, "__cuda_stream__");
+    if (proto == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_AttributeError)) return -1;
+        PyErr_Clear();
+        tn = dlpack_ref_priv_type_name(stream);
+        if (tn != NULL) {
+            PyErr_Format(PyExc_TypeError, "stream must be None, an int or an object with __cuda_stream__, not %U", tn);
+            Py_DECREF(tn);
+        }
+        return -1;
+    }
+    info = PyObject_CallNoArgs(proto);
+    Py_DECREF(proto);
+    if (info == NULL) return -1;
+    if (PyTuple_Check(info) && PyTuple_GET_SIZE(info) == 2 && PyLong_Check(PyTuple_GET_ITEM(info, 0))
+            && !PyBool_Check(PyTuple_GET_ITEM(info, 1)) && PyLong_Check(PyTuple_GET_ITEM(info, 1))) {
+        long long version = PyLong_AsLongLongAndOverflow(PyTuple_GET_ITEM(info, 0), &overflow);
+        if (!overflow && version == 0) {
+            unsigned long long handle = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(info, 1));
+            if (!(handle == (unsigned long long)-1 && PyErr_Occurred())) {
+                Py_DECREF(info);
+                *out = handle == 0 ? 1 : (int64_t)handle;
+                return 0;
+            }
+            PyErr_Clear();
+        }
+        PyErr_Clear();
+    }
+    tn = dlpack_ref_priv_type_name(stream);
+    if (tn != NULL) {
+        PyErr_Format(PyExc_ValueError,
+                     "%U.__cuda_stream__() returned %R; expected (0, handle) with an int handle >= 0 (protocol "
+                     "version 0)", tn, info);
+        Py_DECREF(tn);
+    }
+    Py_DECREF(info);
+    return -1;
+}
+
+/* The error a forbidden copy raises: both a BufferError and a ValueError, as
+ * the standard names both. Each library that vendors this header has its
+ * own class, `<module>.CopyForbiddenError` (dlpack-ref registers its public
+ * dlpack_ref.CopyForbiddenError, so that its core raises that one). Borrowed
+ * reference, NULL with an error set. */
+static PyObject* dlpack_ref_priv_copy_forbidden = NULL;
+
+static inline int dlpack_ref_set_copy_forbidden_error(PyObject* cls) {
+    PyObject* old = dlpack_ref_priv_copy_forbidden;
+    Py_INCREF(cls);
+    dlpack_ref_priv_copy_forbidden = cls;
+    Py_XDECREF(old);
+    return 0;
+}
+
+static inline PyObject* dlpack_ref_copy_forbidden_error(void) {
+    if (dlpack_ref_priv_copy_forbidden == NULL) {
+        PyObject* bases = PyTuple_Pack(2, PyExc_BufferError, PyExc_ValueError);
+        PyObject* cls;
+        if (bases == NULL) return NULL;
+        cls = PyErr_NewException("dlpack_ref_vendored.CopyForbiddenError", bases, NULL);
+        Py_DECREF(bases);
+        if (cls == NULL) return NULL;
+        /* Two threads may both get here (free-threaded): the first class
+           stays, the other is dropped; both are the same kind of error. */
+        if (dlpack_ref_priv_copy_forbidden == NULL) dlpack_ref_priv_copy_forbidden = cls;
+        else Py_DECREF(cls);
+    }
+    return dlpack_ref_priv_copy_forbidden;
+}
+
+/* --- the producer protocol: __dlpack__ and __dlpack_device__ ---------------- */
+
+/* What an adopter's array tells the producer call. The callbacks return 0,
+ * or -1 with a Python exception set (which the call propagates). */
+typedef struct dlpack_ref_producer {
+    DLTensor tensor;     /* the memory as it is; strides NULL means row-major */
+    PyObject* owner;     /* kept alive by the capsule until its deleter runs */
+    int read_only;       /* exported with READ_ONLY; refused as legacy */
+    uint64_t flags;      /* more flags, e.g. DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED */
+    void* ctx;           /* handed to the callbacks */
+    /* A copy of `src` usable on `target`, ordered on the consumer's stream
+       (`stream` as passed, None included; `stream_value` as checked): fill
+       *out (its shape and strides need live only until the call returns) and
+       *out_owner (a new reference keeping out's memory alive). A device it
+       cannot copy to: BufferError. NULL: the array cannot be copied. */
+    int (*copy)(void* ctx, const DLTensor* src, DLDevice target, PyObject* stream, int64_t stream_value,
+                DLTensor* out, PyObject** out_owner);
+    /* Make the consumer's stream wait for pending work on the memory. Called
+       for CUDA-family memory exported in place, unless stream is -1. NULL:
+       no work is ever pending. */
+    int (*order)(void* ctx, const DLTensor* t, PyObject* stream, int64_t stream_value);
+} dlpack_ref_producer;
+
+/* The legacy capsule cannot say read-only, nor that sub-byte data is stored
+ * one element per byte: BufferError naming the fix. */
+static inline int dlpack_ref_check_legacy_export(const DLTensor* t, uint64_t flags, PyObject* owner) {
+    PyObject* tn;
+    int read_only = (flags & DLPACK_FLAG_BITMASK_READ_ONLY) != 0;
+    int padded = (int64_t)t->dtype.bits * t->dtype.lanes < 8 && (flags & DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED);
+    if (!read_only && !padded) return 0;
+    tn = dlpack_ref_priv_type_name(owner);
+    if (tn == NULL) return -1;
+    if (read_only)
+        PyErr_Format(PyExc_BufferError,
+                     "a read-only %U cannot be exported as a legacy 'dltensor' capsule (it has no read-only flag); "
+                     "pass max_version=(1, 0) or newer, or copy=True", tn);
+    else {
+        const char* name = dlpack_ref_dtype_name(t->dtype.code, t->dtype.bits, t->dtype.lanes);
+        PyErr_Format(PyExc_BufferError,
+                     "a %s %U stored one element per byte cannot be exported as a legacy 'dltensor' capsule "
+                     "(legacy sub-byte data is packed); pass max_version=(1, 0) or newer",
+                     name ? name : "sub-byte", tn);
+    }
+    Py_DECREF(tn);
+    return -1;
+}
+
+/* The CopyForbiddenError of copy=False when `target` cannot use memory on
+ * `mem` in place (returns -1). */
+static inline int dlpack_ref_refuse_copy(DLDevice mem, DLDevice target, int importing) {
+    PyObject* cls = dlpack_ref_copy_forbidden_error();
+    PyObject *a, *b;
+    if (cls == NULL) return -1;
+    a = dlpack_ref_device_str(mem);
+    b = a == NULL ? NULL : dlpack_ref_device_str(target);
+    if (b != NULL) {
+        if (importing)
+            PyErr_Format(cls, "copy=False, but the data on %U cannot be used on %U without a copy", a, b);
+        else
+            PyErr_Format(cls, "copy=False, but memory on %U cannot be used in place on %U: a copy is needed", a, b);
+    }
+    Py_XDECREF(a);
+    Py_XDECREF(b);
+    return -1;
+}
+
+/* __dlpack__(*, stream=None, max_version=None, dl_device=None, copy=None)
+ * of the array `p` describes, its arguments already unpacked: every argument
+ * checked (TypeError for a wrong type, ValueError for a bad value), a legacy
+ * or a versioned capsule chosen by max_version, a copy made through p->copy
+ * when copy=True or dl_device cannot use the memory in place (IS_COPIED set;
+ * copy=False then raises CopyForbiddenError), the consumer's stream ordered
+ * through p->order otherwise, READ_ONLY set for a read-only array. Returns
+ * the capsule (new reference) or NULL with the error set. */
+static inline PyObject* dlpack_ref_producer_export(const dlpack_ref_producer* p, PyObject* stream,
+                                                   PyObject* max_version, PyObject* dl_device, PyObject* copy) {
+    DLTensor copied;
+    const DLTensor* src = &p->tensor;
+    PyObject* owner = p->owner;
+    PyObject* copy_owner = NULL;
+    PyObject* capsule;
+    uint64_t flags;
+    int64_t stream_value = 1;
+    int versioned, cuda_family;
+    DLDevice target;
+    if (max_version == Py_None && stream == Py_None && dl_device == Py_None && copy == Py_None) {
+        /* The oldest consumers' call, and a hot one: with no stream work to
+           order (not CUDA-family memory, or no order callback) nothing is left
+           to decide but the legacy capsule's limits. */
+        if (!(dlpack_ref_device_cuda_family((int32_t)p->tensor.device.device_type) && p->order != NULL)) {
+            flags = (p->flags & DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED)
+                    | (p->read_only ? DLPACK_FLAG_BITMASK_READ_ONLY : 0);
+            if (dlpack_ref_check_legacy_export(&p->tensor, flags, owner) < 0) return NULL;
+            return dlpack_ref_export_legacy(&p->tensor, owner);
+        }
+    }
+    versioned = dlpack_ref_wants_versioned(max_version);
+    if (versioned < 0 || dlpack_ref_check_copy_arg(copy) < 0) return NULL;
+    cuda_family = dlpack_ref_device_cuda_family((int32_t)p->tensor.device.device_type);
+    if (stream != Py_None && dlpack_ref_stream_value(stream, cuda_family, p->tensor.device, owner, &stream_value) < 0)
+        return NULL;
+    flags = (p->flags & DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED) | (p->read_only ? DLPACK_FLAG_BITMASK_READ_ONLY : 0);
+    if (dl_device == Py_None && copy != Py_True) {
+        if (cuda_family && p->order != NULL && stream_value != -1
+                && p->order(p->ctx, &p->tensor, stream, stream_value) < 0)
+            return NULL;
+    } else {
+        if (dl_device == Py_None) target = p->tensor.device;
+        else if (dlpack_ref_parse_dl_device(dl_device, &target) < 0) return NULL;
+        if (copy == Py_True || !dlpack_ref_can_access(target, p->tensor.device)) {
+            if (copy == Py_False) {
+                dlpack_ref_refuse_copy(p->tensor.device, target, 0);
+                return NULL;
+            }
+            if (p->copy == NULL) {
+                PyObject* tn = dlpack_ref_priv_type_name(owner);
+                PyObject* where = tn == NULL ? NULL : dlpack_ref_device_str(target);
+                if (where != NULL)
+                    PyErr_Format(PyExc_BufferError, "this %U cannot be copied (asked for a copy on %U)", tn, where);
+                Py_XDECREF(tn);
+                Py_XDECREF(where);
+                return NULL;
+            }
+            if (p->copy(p->ctx, &p->tensor, target, stream, stream_value, &copied, &copy_owner) < 0) return NULL;
+            src = &copied;
+            owner = copy_owner;
+            /* A copy is fresh memory: writable, laid out by the copy. */
+            flags = DLPACK_FLAG_BITMASK_IS_COPIED
+                    | ((int64_t)copied.dtype.bits * copied.dtype.lanes < 8 ? (p->flags & DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED) : 0);
+        } else if (cuda_family && p->order != NULL && stream_value != -1
+                   && p->order(p->ctx, &p->tensor, stream, stream_value) < 0) {
+            return NULL;
+        }
+    }
+    if (versioned) {
+        capsule = dlpack_ref_export_versioned(src, owner, flags);
+    } else if (dlpack_ref_check_legacy_export(src, flags, owner) < 0) {
+        capsule = NULL;
+    } else {
+        capsule = dlpack_ref_export_legacy(src, owner);
+    }
+    Py_XDECREF(copy_owner);
+    return capsule;
+}
+
+/* The same call for a method defined with METH_VARARGS | METH_KEYWORDS: the
+ * four arguments are keyword-only. */
+static inline PyObject* dlpack_ref_producer_dlpack(const dlpack_ref_producer* p, PyObject* args, PyObject* kwargs) {
+    static const char* names[] = {"stream", "max_version", "dl_device", "copy", NULL};
+    PyObject* v[4] = {Py_None, Py_None, Py_None, Py_None};
+    Py_ssize_t pos = 0;
+    PyObject *key, *value;
+    int i;
+    if (args != NULL && PyTuple_GET_SIZE(args) != 0) {
+        PyErr_Format(PyExc_TypeError, "__dlpack__() takes no positional arguments (%zd given)", PyTuple_GET_SIZE(args));
+        return NULL;
+    }
+    while (kwargs != NULL && PyDict_Next(kwargs, &pos, &key, &value)) {
+        for (i = 0; i < 4; ++i)
+            if (PyUnicode_Check(key) && PyUnicode_CompareWithASCIIString(key, names[i]) == 0) break;
+        if (i == 4) {
+            PyErr_Format(PyExc_TypeError, "__dlpack__() got an unexpected keyword argument %R", key);
+            return NULL;
+        }
+        v[i] = value;
+    }
+    return dlpack_ref_producer_export(p, v[0], v[1], v[2], v[3]);
+}
+
+/* The enum DLPack devices are reported in when dlpack-ref is not there: an
+ * IntEnum `DeviceType` with dlpack_ref.DeviceType's names and values, made
+ * once (borrowed reference, NULL with an error set). */
+static PyObject* dlpack_ref_priv_device_enum = NULL;
+
+static inline PyObject* dlpack_ref_device_enum(void) {
+    if (dlpack_ref_priv_device_enum == NULL) {
+        PyObject *enum_module, *members, *cls = NULL;
+        int32_t v;
+        enum_module = PyImport_ImportModule("enum");
+        if (enum_module == NULL) return NULL;
+        members = PyList_New(0);
+        for (v = 1; members != NULL && v < 64; ++v) {
+            const char* name = dlpack_ref_device_type_name(v);
+            PyObject* item;
+            if (name == NULL) continue;
+            item = Py_BuildValue("(si)", name, (int)v);
+            if (item == NULL || PyList_Append(members, item) < 0) { Py_XDECREF(item); Py_CLEAR(members); break; }
+            Py_DECREF(item);
+        }
+        if (members != NULL) cls = PyObject_CallMethod(enum_module, "IntEnum", "sO", "DeviceType", members);
+        Py_DECREF(enum_module);
+        Py_XDECREF(members);
+        if (cls == NULL) return NULL;
+        if (dlpack_ref_priv_device_enum == NULL) dlpack_ref_priv_device_enum = cls;
+        else Py_DECREF(cls);
+    }
+    return dlpack_ref_priv_device_enum;
+}
+
+/* __dlpack_device__(): (DeviceType member, device_id) of `device`, where the
+ * memory truly lives (new reference). */
+static inline PyObject* dlpack_ref_dlpack_device(DLDevice device) {
+    PyObject* cls = dlpack_ref_device_enum();
+    PyObject *member, *result;
+    if (cls == NULL) return NULL;
+    member = PyObject_CallFunction(cls, "i", (int)device.device_type);
+    if (member == NULL) return NULL;
+    result = Py_BuildValue("(Ni)", member, (int)device.device_id);
+    return result;
+}
+
+/* --- the consumer protocol: from_dlpack(x, /, *, device=None, copy=None) ------ */
+
+/* x.__dlpack__(**kwargs) with max_version=(1, 3) and, when not NULL or None,
+ * stream, dl_device and copy (new reference, NULL with the error set). */
+static inline PyObject* dlpack_ref_priv_call_dlpack(PyObject* x, int with_version, PyObject* stream,
+                                                    PyObject* dl_device, PyObject* copy) {
+    PyObject *method, *kwargs, *empty, *result = NULL;
+    method = PyObject_GetAttrString(x, "__dlpack__");
+    if (method == NULL) return NULL;
+    kwargs = PyDict_New();
+    empty = PyTuple_New(0);
+    if (kwargs == NULL || empty == NULL) goto done;
+    if (with_version) {
+        PyObject* version = Py_BuildValue("(ii)", DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION);
+        if (version == NULL || PyDict_SetItemString(kwargs, "max_version", version) < 0) {
+            Py_XDECREF(version);
+            goto done;
+        }
+        Py_DECREF(version);
+    }
+    if (stream != NULL && stream != Py_None && PyDict_SetItemString(kwargs, "stream", stream) < 0) goto done;
+    if (dl_device != NULL && dl_device != Py_None && PyDict_SetItemString(kwargs, "dl_device", dl_device) < 0)
+        goto done;
+    if (copy != NULL && copy != Py_None && PyDict_SetItemString(kwargs, "copy", copy) < 0) goto done;
+    result = PyObject_Call(method, empty, kwargs);
+done:
+    Py_DECREF(method);
+    Py_XDECREF(kwargs);
+    Py_XDECREF(empty);
+    return result;
+}
+
+/* The TypeError of an object that is neither a producer nor a capsule. */
+static inline int dlpack_ref_priv_not_dlpack(PyObject* x) {
+    PyObject* tn = dlpack_ref_priv_type_name(x);
+    if (tn != NULL) {
+        PyErr_Format(PyExc_TypeError,
+                     "from_dlpack expects an object with __dlpack__ and __dlpack_device__ or a DLPack capsule, "
+                     "not %U", tn);
+        Py_DECREF(tn);
+    }
+    return -1;
+}
+
+/* x.__dlpack_device__(), checked: a (device_type, device_id) tuple of two
+ * ints naming a DLPack 1.3 device (TypeError otherwise). */
+static inline int dlpack_ref_announced_device(PyObject* x, DLDevice* out) {
+    PyObject *answer, *tn;
+    answer = PyObject_CallMethod(x, "__dlpack_device__", NULL);
+    if (answer == NULL) {
+        if (PyErr_ExceptionMatches(PyExc_AttributeError) && !PyObject_HasAttrString(x, "__dlpack_device__")) {
+            PyErr_Clear();
+            return dlpack_ref_priv_not_dlpack(x);
+        }
+        return -1;
+    }
+    if (PyTuple_Check(answer) && PyTuple_GET_SIZE(answer) == 2 && PyLong_Check(PyTuple_GET_ITEM(answer, 0))
+            && !PyBool_Check(PyTuple_GET_ITEM(answer, 0)) && PyLong_Check(PyTuple_GET_ITEM(answer, 1))
+            && !PyBool_Check(PyTuple_GET_ITEM(answer, 1))) {
+        int r = dlpack_ref_parse_dl_device(answer, out);
+        Py_DECREF(answer);
+        return r;
+    }
+    tn = dlpack_ref_priv_type_name(x);
+    if (tn != NULL) {
+        PyErr_Format(PyExc_TypeError,
+                     "%U.__dlpack_device__() returned %R; expected a (device_type, device_id) tuple of two ints",
+                     tn, answer);
+        Py_DECREF(tn);
+    }
+    Py_DECREF(answer);
+    return -1;
+}
+
+/* The capsule must be where __dlpack_device__ said; a refusal runs the
+ * tensor's deleter (the holder is emptied). */
+static inline int dlpack_ref_priv_check_announced(PyObject* x, DLPackRefTensor* t, DLDevice announced) {
+    DLDevice d = t->dl_tensor->device;
+    PyObject* tn;
+    if (d.device_type == announced.device_type && d.device_id == announced.device_id) return 0;
+    tn = dlpack_ref_priv_type_name(x);
+    if (tn != NULL) {
+        PyErr_Format(PyExc_BufferError,
+                     "%U.__dlpack_device__() says (%d, %d) but its capsule's tensor is on (%d, %d); the capsule's "
+                     "deleter was called", tn, (int)announced.device_type, (int)announced.device_id,
+                     (int)d.device_type, (int)d.device_id);
+        Py_DECREF(tn);
+    }
+    DLPACK_REF_PRIV_KEEP_ERROR(dlpack_ref_release(t));
+    return -1;
+}
+
+/* x's tensor through its type's exchange table: 1 when taken, 0 when the
+ * table fails in any way (an error, a status with no error, no tensor, a
+ * tensor the checks refuse, whose deleter has then run, or a lazily
+ * conjugated complex tensor whose table export loses the conjugation): the
+ * caller then asks __dlpack__, so that errors come out as __dlpack__ gives
+ * them. The table is "NoSync": stream ordering is the caller's. */
+static inline int dlpack_ref_priv_take_by_table(const DLPackExchangeAPI* api, PyObject* x, DLPackRefTensor* out) {
+    DLManagedTensorVersioned* m = NULL;
+    int status = dlpack_ref_api_table_from_py(api, x, &m);
+    if (dlpack_ref_table_failed(status) || m == NULL) {
+        PyErr_Clear();
+        if (m != NULL && m->deleter != NULL) m->deleter(m);   /* not trusted, but ours to free */
+        return 0;
+    }
+    if (dlpack_ref_adopt(m, 1, out) < 0) { PyErr_Clear(); return 0; }
+    if (out->dl_tensor->dtype.code == kDLComplex) {
+        PyObject* r = PyObject_CallMethod(x, "is_conj", NULL);
+        int conj = r == NULL ? (PyErr_ExceptionMatches(PyExc_AttributeError) ? 0 : 1) : PyObject_IsTrue(r);
+        Py_XDECREF(r);
+        PyErr_Clear();
+        if (conj != 0) { dlpack_ref_release(out); return 0; }
+    }
+    return 1;
+}
+
+/* copy=False with a tensor flagged IS_COPIED: whoever made it copied, so the
+ * result would not share the producer's memory, which is what copy=False
+ * promises; a bare capsule is judged by the same flag. CopyForbiddenError
+ * naming who made it (returns -1; the caller releases the tensor). */
+static inline int dlpack_ref_refuse_copied(PyObject* x) {
+    PyObject* cls = dlpack_ref_copy_forbidden_error();
+    PyObject* tn;
+    if (cls == NULL) return -1;
+    if (PyCapsule_CheckExact(x)) {
+        PyErr_SetString(cls, "copy=False, but the capsule's tensor is flagged DLPACK_FLAG_BITMASK_IS_COPIED (a copy, "
+                             "not the producer's memory); its deleter was called");
+        return -1;
+    }
+    tn = dlpack_ref_priv_type_name(x);
+    if (tn != NULL) {
+        PyErr_Format(cls, "copy=False, but the tensor %U.__dlpack__ returned is flagged DLPACK_FLAG_BITMASK_IS_COPIED "
+                          "(a copy, not the producer's memory); its deleter was called", tn);
+        Py_DECREF(tn);
+    }
+    return -1;
+}
+
+/* from_dlpack(x, device=device, copy=copy) up to the tensor, for a consumer
+ * that owns what it imports: on success *out holds the taken, checked tensor
+ * (the caller runs dlpack_ref_release, or hands it to its array) and
+ * *must_copy says whether the caller must copy it onto *target (copy=True
+ * the producer did not honour, or memory *target cannot use in place);
+ * copy=False refusals (CopyForbiddenError) and every protocol error are
+ * raised here, the deleter called exactly once when a tensor was taken.
+ *   - device: None, a (device_type, device_id) tuple or an object with
+ *     __dlpack_device__; stream: the consumer's stream, or None.
+ *   - x: a capsule, or a producer asked for max_version=(1, 3) (the legacy
+ *     call only on TypeError), through its type's exchange table when
+ *     nothing else is asked for (dlpack_ref_exchange_api: version checks,
+ *     overrides; any failure falls back to __dlpack__);
+ *   - a producer that refuses dl_device/copy with BufferError (or ValueError,
+ *     NumPy before 2.4) is asked the plain request and the caller moves or
+ *     copies; a producer's tensor must be on the device its
+ *     __dlpack_device__ announced. */
+static inline int dlpack_ref_consumer_take(PyObject* x, PyObject* device, PyObject* copy, PyObject* stream,
+                                           DLPackRefTensor* out, DLDevice* target, int* must_copy) {
+    DLDevice source;
+    PyObject *capsule, *dl_device = NULL;
+    int have_target = device != Py_None, producer_did_it = 1, r, copied;
+    *must_copy = 0;
+    if (dlpack_ref_check_copy_arg(copy) < 0) return -1;
+    if (have_target) {
+        if (PyTuple_Check(device)) r = dlpack_ref_parse_dl_device(device, target);
+        else r = dlpack_ref_announced_device(device, target);
+        if (r < 0) return -1;
+    }
+    if (PyCapsule_CheckExact(x)) {
+        if (dlpack_ref_take(x, out) < 0) return -1;
+        if (!have_target) *target = out->dl_tensor->device;
+        goto finish;
+    }
+    if (!PyObject_HasAttrString(x, "__dlpack__")) return dlpack_ref_priv_not_dlpack(x);
+    if (!have_target && copy == Py_None && (stream == NULL || stream == Py_None)) {
+        const DLPackExchangeAPI* api = dlpack_ref_exchange_api((PyObject*)Py_TYPE(x));
+        if (api == NULL && PyErr_Occurred()) return -1;
+        if (api != NULL && dlpack_ref_priv_take_by_table(api, x, out)) {
+            *target = out->dl_tensor->device;
+            return 0;
+        }
+    }
+    if (dlpack_ref_announced_device(x, &source) < 0) return -1;
+    if (!have_target) *target = source;
+    else if ((dl_device = Py_BuildValue("(ii)", (int)target->device_type, (int)target->device_id)) == NULL)
+        return -1;
+    capsule = dlpack_ref_priv_call_dlpack(x, 1, stream, dl_device, copy);
+    if (capsule == NULL && PyErr_ExceptionMatches(PyExc_TypeError)) {
+        /* A producer older than DLPack 1.0: no max_version, dl_device or copy. */
+        PyErr_Clear();
+        producer_did_it = 0;
+        capsule = dlpack_ref_priv_call_dlpack(x, 0, stream, NULL, NULL);
+    } else if (capsule == NULL && (have_target || copy != Py_None)
+               && (PyErr_ExceptionMatches(PyExc_BufferError) || PyErr_ExceptionMatches(PyExc_ValueError))) {
+        /* It cannot move or copy as asked: the plain request, the rest here. */
+        PyErr_Clear();
+        producer_did_it = 0;
+        capsule = dlpack_ref_priv_call_dlpack(x, 1, stream, NULL, NULL);
+    }
+    Py_XDECREF(dl_device);
+    if (capsule == NULL) return -1;
+    if (!PyCapsule_CheckExact(capsule)) {
+        PyObject* tn = dlpack_ref_priv_type_name(capsule);
+        if (tn != NULL) {
+            PyErr_Format(PyExc_TypeError, "__dlpack__ returned %U, not a DLPack capsule", tn);
+            Py_DECREF(tn);
+        }
+        Py_DECREF(capsule);
+        return -1;
+    }
+    r = dlpack_ref_take(capsule, out);
+    Py_DECREF(capsule);
+    if (r < 0) return -1;
+    if ((!have_target || !producer_did_it) && dlpack_ref_priv_check_announced(x, out, source) < 0) return -1;
+finish:
+    if (copy == Py_False && (out->flags & DLPACK_FLAG_BITMASK_IS_COPIED)) {
+        dlpack_ref_refuse_copied(x);
+        DLPACK_REF_PRIV_KEEP_ERROR(dlpack_ref_release(out));
+        return -1;
+    }
+    copied = producer_did_it && (out->flags & DLPACK_FLAG_BITMASK_IS_COPIED) != 0;
+    if (copy == Py_True && !copied) {
+        *must_copy = 1;
+    } else if (!dlpack_ref_can_access(*target, out->dl_tensor->device)) {
+        if (copy == Py_False) {
+            dlpack_ref_refuse_copy(out->dl_tensor->device, *target, 1);
+            DLPACK_REF_PRIV_KEEP_ERROR(dlpack_ref_release(out));
+            return -1;
+        }
+        *must_copy = 1;
+    }
+    return 0;
+}
+
+/* --- dlpack_ref.Array, through its exchange table ----------------------------
+ * The only two calls that need dlpack-ref installed; they use the standard
+ * exchange table of its Array type, no private symbol. */
+
+static inline const DLPackExchangeAPI* dlpack_ref_priv_array_api(void) {
+    const DLPackExchangeAPI* api;
+    PyObject* array_type;
+    PyObject* module = PyImport_ImportModule("dlpack_ref");
+    if (module == NULL) return NULL;
+    array_type = PyObject_GetAttrString(module, "Array");
+    Py_DECREF(module);
+    if (array_type == NULL) return NULL;
+    api = dlpack_ref_exchange_api(array_type);
+    Py_DECREF(array_type);
+    if (api == NULL && !PyErr_Occurred())
+        PyErr_SetString(PyExc_ImportError, "dlpack_ref.Array publishes no usable DLPack exchange API");
+    return api;
+}
+
+/* A `dlpack_ref.Array` owning the taken tensor `t` (zero-copy; `t` is
+ * emptied: the Array runs the deleter). Needs dlpack-ref installed. */
+static inline PyObject* dlpack_ref_to_array(DLPackRefTensor* t) {
+    const DLPackExchangeAPI* api = dlpack_ref_priv_array_api();
+    void* out = NULL;
+    DLManagedTensorVersioned* m;
+    if (api == NULL) return NULL;
+    if (t->managed == NULL) {
+        PyErr_SetString(PyExc_ValueError, "this DLPackRefTensor holds no tensor (released or moved)");
+        return NULL;
+    }
+    if (!t->versioned) {
+        /* The table takes versioned tensors only; a legacy one goes through a
+           capsule, which dlpack-ref reads as well. */
+        PyObject *capsule, *module, *array;
+        capsule = dlpack_ref_api_wrap_legacy((DLManagedTensor*)t->managed);
+        t->managed = NULL;
+        t->dl_tensor = NULL;
+        if (capsule == NULL) return NULL;
+        module = PyImport_ImportModule("dlpack_ref");
+        array = module == NULL ? NULL : PyObject_CallMethod(module, "from_dlpack", "O", capsule);
+        Py_XDECREF(module);
+        Py_DECREF(capsule);
+        return array;
+    }
+    m = (DLManagedTensorVersioned*)t->managed;
+    t->managed = NULL;
+    t->dl_tensor = NULL;
+    {
+        int status;
+        /* The type named in a failure's message, looked up before the call:
+           nothing may run with its error pending. */
+        PyObject* module = PyImport_ImportModule("dlpack_ref");
+        PyObject* array_type = module == NULL ? NULL : PyObject_GetAttrString(module, "Array");
+        Py_XDECREF(module);
+        if (array_type == NULL) {
+            DLPACK_REF_PRIV_KEEP_ERROR(if (m->deleter) m->deleter(m));
+            return NULL;
+        }
+        status = dlpack_ref_api_table_to_py(api, m, &out);   /* owns m from here on, also on failure */
+        if (dlpack_ref_table_failed(status) || out == NULL) {
+            PyObject* error = dlpack_ref_table_error(array_type, "managed_tensor_to_py_object_no_sync", status);
+            Py_DECREF(array_type);
+            /* An object handed with a failure status is still a reference of ours. */
+            Py_XDECREF((PyObject*)out);
+            if (error != NULL) { PyErr_SetObject((PyObject*)Py_TYPE(error), error); Py_DECREF(error); }
+            return NULL;
+        }
+        Py_DECREF(array_type);
+    }
+    return (PyObject*)out;
+}
+
+/* Borrow the DLTensor of a `dlpack_ref.Array` (no allocation, valid while the
+ * Array lives) through its table. */
+static inline int dlpack_ref_view(PyObject* array, DLTensor* out) {
+    const DLPackExchangeAPI* api = dlpack_ref_priv_array_api();
+    int status;
+    if (api == NULL) return -1;
+    status = dlpack_ref_api_table_view(api, array, out);
+    if (dlpack_ref_table_failed(status)) {
+        PyObject* error = dlpack_ref_table_error((PyObject*)Py_TYPE(array), "dltensor_from_py_object_no_sync", status);
+        if (error != NULL) { PyErr_SetObject((PyObject*)Py_TYPE(error), error); Py_DECREF(error); }
+        return -1;
+    }
+    return 0;
+}
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* DLPACK_REF_H */

@@ -1,0 +1,156 @@
+"""include/dlpack_ref.h, the vendorable protocol in C, compiles on its own as
+C99 and as C++17 with every warning an error, from nothing but the files a
+vendoring library copies (dlpack.h, dlpack_ref.h, dlpack_ref_tables.h) and
+Python.h; and the core and the shipped copy are that very header."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+import dlpack_ref
+
+ROOT = Path(__file__).resolve().parents[1]
+VENDORED = ("dlpack.h", "dlpack_ref.h", "dlpack_ref_tables.h")
+
+# Every function of the header referenced, so that an unused-function or
+# a C++-only error in any of them cannot hide behind `static inline`.
+PROBE = r"""
+#include <Python.h>
+#include "dlpack_ref.h"
+
+typedef void (*any_fn)(void);
+any_fn dlref_probe_table[] = {
+    (any_fn)dlpack_ref_storage_bits, (any_fn)dlpack_ref_nbytes, (any_fn)dlpack_ref_element_count,
+    (any_fn)dlpack_ref_span, (any_fn)dlpack_check_ndim, (any_fn)dlpack_check_dtype,
+    (any_fn)dlpack_check_device, (any_fn)dlpack_check_shape, (any_fn)dlpack_check_strides,
+    (any_fn)dlpack_check_extents, (any_fn)dlpack_check_span, (any_fn)dlpack_check_data,
+    (any_fn)dlpack_check_byte_offset, (any_fn)dlpack_check_tensor, (any_fn)dlpack_check_version,
+    (any_fn)dlpack_check_managed, (any_fn)dlpack_ref_api_release_block,
+    (any_fn)dlpack_ref_api_delete_versioned, (any_fn)dlpack_ref_api_delete_legacy,
+    (any_fn)dlpack_ref_api_destroy_versioned, (any_fn)dlpack_ref_api_destroy_legacy,
+    (any_fn)dlpack_ref_api_versioned_block, (any_fn)dlpack_ref_api_new_versioned,
+    (any_fn)dlpack_ref_api_new_legacy, (any_fn)dlpack_ref_export_versioned, (any_fn)dlpack_ref_export_legacy,
+    (any_fn)dlpack_ref_release, (any_fn)dlpack_ref_adopt, (any_fn)dlpack_ref_claim, (any_fn)dlpack_ref_take,
+    (any_fn)dlpack_ref_exchange_api, (any_fn)dlpack_ref_import, (any_fn)dlpack_ref_to_array,
+    (any_fn)dlpack_ref_view,
+};
+"""
+
+
+@pytest.fixture(scope="module")
+def vendored(tmp_path_factory):
+    """A folder holding only the vendored files, as an adopter's tree would."""
+    folder = tmp_path_factory.mktemp("vendored")
+    for name in VENDORED:
+        shutil.copy(Path(dlpack_ref.get_include(), name), folder / name)
+    return folder
+
+
+@pytest.mark.parametrize("compiler, std, suffix", [("gcc", "-std=c99", ".c"), ("g++", "-std=c++17", ".cpp")])
+def test_the_header_compiles_alone_with_every_warning_an_error(tmp_path, vendored, compiler, std, suffix):
+    if shutil.which(compiler) is None:
+        pytest.skip(f"no {compiler}")
+    source = tmp_path / ("probe" + suffix)
+    # C++ forbids casting function pointers to void(*)(void) only with
+    # -Wcast-function-type, which is in -Wextra: a reinterpret is the point.
+    source.write_text(PROBE)
+    # Python.h comes in as a system header: its own pedantic warnings (which
+    # vary by CPython version) are not this header's.
+    cmd = [compiler, std, "-Wall", "-Wextra", "-Werror", "-pedantic", "-Wno-cast-function-type",
+           "-isystem", sysconfig.get_paths()["include"], f"-I{vendored}", "-c", str(source),
+           "-o", str(tmp_path / "probe.o")]
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-4000:]
+
+
+def test_the_header_needs_nothing_but_the_vendored_files(tmp_path, vendored):
+    # Without the generated tables beside it the header does not compile:
+    # the three files are the whole set, and the tables one of them.
+    partial = tmp_path / "partial"
+    partial.mkdir()
+    for name in ("dlpack.h", "dlpack_ref.h"):
+        shutil.copy(vendored / name, partial / name)
+    (tmp_path / "probe.c").write_text(PROBE)
+    out = subprocess.run(["gcc", "-std=c99", "-isystem", sysconfig.get_paths()["include"], f"-I{partial}",
+                          "-c", str(tmp_path / "probe.c"), "-o", str(tmp_path / "probe.o")],
+                         capture_output=True, text=True)
+    assert out.returncode != 0 and "dlpack_ref_tables.h" in out.stderr
+
+
+def test_the_cython_api_declares_the_header_and_writes_no_rule_of_its_own():
+    pxd = (ROOT / "src" / "dlpack_ref_api.pxd").read_text()
+    # No Cython function bodies and no verbatim C: declarations only.
+    assert "cdef inline" not in pxd and '"""' not in pxd, "dlpack_ref_api.pxd writes code; put it in dlpack_ref.h"
+    assert 'cdef extern from "dlpack_ref.h"' in pxd
+    for name in ("dlpack_check_tensor", "dlpack_ref_claim", "dlpack_ref_api_versioned_block",
+                 "dlpack_ref_import", "dlpack_ref_exchange_api"):
+        assert f"{name}(" in (ROOT / "include" / "dlpack_ref.h").read_text()
+        assert f"{name}(" in pxd
+
+
+STREAM_PROBE = r"""
+#include <Python.h>
+#include "dlpack_ref.h"
+
+/* stream_value(stream, cuda_memory, owner): the header's stream rule. */
+static PyObject* stream_value(PyObject* self, PyObject* args) {
+    PyObject *stream, *owner;
+    int cuda;
+    int64_t out;
+    DLDevice cpu = {kDLCPU, 0};
+    (void)self;
+    if (!PyArg_ParseTuple(args, "OpO", &stream, &cuda, &owner)) return NULL;
+    if (dlpack_ref_stream_value(stream, cuda, cpu, owner, &out) < 0) return NULL;
+    return PyLong_FromLongLong((long long)out);
+}
+
+static PyMethodDef methods[] = {{"stream_value", stream_value, METH_VARARGS, NULL}, {NULL, NULL, 0, NULL}};
+static struct PyModuleDef def = {PyModuleDef_HEAD_INIT, "stream_probe", NULL, -1, methods, NULL, NULL, NULL, NULL};
+PyMODINIT_FUNC PyInit_stream_probe(void) { return PyModule_Create(&def); }
+"""
+
+
+class _Proto:
+    def __init__(self, answer):
+        self.answer = answer
+
+    def __cuda_stream__(self):
+        return self.answer
+
+
+STREAMS = [None, 1, 2, 3, 2**40, 2**64 - 1, -1, 0, -2, -(2**70), True, False, 1.0, "1", object(),
+           _Proto((0, 0)), _Proto((0, 7)), _Proto((1, 7)), _Proto((0, -1)), _Proto((0, True)), _Proto([0, 7])]
+
+
+def test_the_stream_rule_of_the_header_answers_as_streams_py(tmp_path, vendored):
+    # The rule is written twice (the core's CUDA layer is Python): the two
+    # must give the same value, or the same exception type and message.
+    import importlib.util
+
+    from dlpack_ref._streams import stream_handle
+    from support.build_ext import compile_c_extension
+
+    source = tmp_path / "stream_probe.c"
+    source.write_text(STREAM_PROBE)
+    so = compile_c_extension(source, tmp_path, c_include=[vendored])
+    spec = importlib.util.spec_from_file_location("stream_probe", so)
+    probe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(probe)
+    owner = dlpack_ref.zeros(1)   # an Array, so that "for an Array on cpu:0" reads the same
+    for cuda in (True, False):
+        for stream in STREAMS:
+            def outcome(fn):
+                try:
+                    return ("value", fn())
+                except Exception as e:  # the answer compared is the exception
+                    return (type(e), str(e))
+            header = outcome(lambda: probe.stream_value(stream, cuda, owner))
+            python = outcome(lambda: stream_handle(stream, cuda_memory=cuda, where="cpu:0"))
+            if python[0] == "value" and python[1] >= 2**63:
+                python = ("value", python[1] - 2**64)   # the header keeps a handle's 64 bits in an int64
+            assert header == python, (stream, cuda)
