@@ -1,0 +1,238 @@
+/* A minimal array library in plain C that adopts DLPack by vendoring
+ * dlpack.h, dlpack_ref.h and dlpack_ref_tables.h: its own memory, its own
+ * type, and glue that forwards __dlpack__, __dlpack_device__ and
+ * from_dlpack to the header. Built by tests/test_adopters.py with only the
+ * vendored files on the include path; dlpack-ref is not imported. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdlib.h>
+#include "dlpack_ref.h"
+
+typedef struct {
+    PyObject_HEAD
+    DLTensor t;
+    int64_t shape[DLPACK_REF_MAX_NDIM], strides[DLPACK_REF_MAX_NDIM];
+    uint64_t flags;            /* READ_ONLY, IS_SUBBYTE_TYPE_PADDED */
+    void* own;                 /* malloc'd memory, or NULL */
+    DLPackRefTensor imported;  /* a taken tensor held zero-copy, or empty */
+    PyObject* meta;            /* anything the user attaches */
+} Tensor;
+
+static PyTypeObject TensorType;
+
+static Tensor* tensor_new(void) {
+    Tensor* self = PyObject_New(Tensor, &TensorType);
+    if (self == NULL) return NULL;
+    memset(&self->t, 0, sizeof(Tensor) - offsetof(Tensor, t));
+    self->t.shape = self->shape;
+    self->t.strides = self->strides;
+    return self;
+}
+
+static void tensor_dealloc(Tensor* self) {
+    dlpack_ref_release(&self->imported);
+    free(self->own);
+    Py_XDECREF(self->meta);
+    PyObject_Free(self);
+}
+
+static int64_t nbytes_of(const DLTensor* t, uint64_t flags) {
+    return dlpack_ref_nbytes(dlpack_ref_element_count(t->shape, t->ndim), dlpack_ref_storage_bits(t->dtype, flags));
+}
+
+/* A row-major copy of `src` in new memory of ours, on the CPU. */
+static Tensor* copy_to_host(const DLTensor* src, uint64_t flags) {
+    int64_t bits = dlpack_ref_storage_bits(src->dtype, flags), n = nbytes_of(src, flags), i, k;
+    const char* base = (const char*)src->data + src->byte_offset;
+    Tensor* c;
+    int d;
+    if (!dlpack_ref_device_host_accessible((int32_t)src->device.device_type)) {
+        PyErr_SetString(PyExc_BufferError, "c_adopter copies host-accessible memory only");
+        return NULL;
+    }
+    if ((c = tensor_new()) == NULL) return NULL;
+    c->t.ndim = src->ndim;
+    c->t.dtype = src->dtype;
+    c->t.device.device_type = kDLCPU;
+    c->flags = flags & DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED;
+    memcpy(c->shape, src->shape, (size_t)src->ndim * sizeof(int64_t));
+    for (d = src->ndim - 1, k = 1; d >= 0; --d) { c->strides[d] = k; k *= src->shape[d] > 0 ? src->shape[d] : 1; }
+    c->own = c->t.data = malloc((size_t)(n ? n : 1));
+    if (c->own == NULL) { Py_DECREF(c); return (Tensor*)PyErr_NoMemory(); }
+    if (src->strides == NULL || memcmp(src->strides, c->strides, (size_t)src->ndim * sizeof(int64_t)) == 0) {
+        memcpy(c->own, base, (size_t)n);
+        return c;
+    }
+    if (bits % 8) { Py_DECREF(c); PyErr_SetString(PyExc_BufferError, "strided sub-byte copy"); return NULL; }
+    for (i = 0; i < dlpack_ref_element_count(src->shape, src->ndim); ++i) {   /* element by element */
+        int64_t rest = i, off = 0;
+        for (d = src->ndim - 1; d >= 0; --d) { off += (rest % src->shape[d]) * src->strides[d]; rest /= src->shape[d]; }
+        memcpy((char*)c->own + i * (bits / 8), base + off * (bits / 8), (size_t)(bits / 8));
+    }
+    return c;
+}
+
+static int copy_cb(void* ctx, const DLTensor* src, DLDevice target, PyObject* stream, int64_t value, DLTensor* out,
+                   PyObject** owner) {
+    Tensor* c;
+    (void)stream; (void)value;
+    if (target.device_type != kDLCPU) {
+        PyErr_Format(PyExc_BufferError, "c_adopter cannot copy to device (%d, %d); it has CPU memory only",
+                     (int)target.device_type, (int)target.device_id);
+        return -1;
+    }
+    if ((c = copy_to_host(src, ((Tensor*)ctx)->flags)) == NULL) return -1;
+    *out = c->t;
+    *owner = (PyObject*)c;
+    return 0;
+}
+
+static void describe(Tensor* self, dlpack_ref_producer* p) {
+    p->tensor = self->t;
+    p->owner = (PyObject*)self;
+    p->read_only = (self->flags & DLPACK_FLAG_BITMASK_READ_ONLY) != 0;
+    p->flags = self->flags;
+    p->ctx = self;
+    p->copy = copy_cb;
+    p->order = NULL;   /* CPU memory: nothing is ever pending */
+}
+
+static PyObject* tensor_dlpack(Tensor* self, PyObject* args, PyObject* kwargs) {
+    dlpack_ref_producer p;
+    describe(self, &p);
+    return dlpack_ref_producer_dlpack(&p, args, kwargs);
+}
+
+static PyObject* tensor_dlpack_device(Tensor* self, PyObject* unused) {
+    (void)unused;
+    return dlpack_ref_dlpack_device(self->t.device);
+}
+
+static PyObject* tensor_data_ptr(Tensor* self, void* unused) {
+    (void)unused;
+    return PyLong_FromVoidPtr((char*)self->t.data + self->t.byte_offset);
+}
+
+static PyObject* tensor_readonly(Tensor* self, void* unused) {
+    (void)unused;
+    return PyBool_FromLong((self->flags & DLPACK_FLAG_BITMASK_READ_ONLY) != 0);
+}
+
+static PyObject* tensor_get_meta(Tensor* self, void* unused) {
+    (void)unused;
+    return Py_NewRef(self->meta ? self->meta : Py_None);
+}
+
+static int tensor_set_meta(Tensor* self, PyObject* v, void* unused) {
+    (void)unused;
+    Py_XINCREF(v);
+    Py_XSETREF(self->meta, v);
+    return 0;
+}
+
+/* from_dlpack(x, /, *, device=None, copy=None): the header decides, we copy. */
+static PyObject* from_dlpack(PyObject* mod, PyObject* args, PyObject* kwargs) {
+    static char* names[] = {"", "device", "copy", NULL};
+    PyObject *x, *device = Py_None, *copy = Py_None;
+    DLPackRefTensor t;
+    DLDevice target;
+    int must_copy;
+    Tensor* r;
+    (void)mod;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|$OO", names, &x, &device, &copy)) return NULL;
+    if (dlpack_ref_consumer_take(x, device, copy, Py_None, &t, &target, &must_copy) < 0) return NULL;
+    if (!dlpack_ref_device_host_accessible((int32_t)t.dl_tensor->device.device_type) && !must_copy) {
+        dlpack_ref_release(&t);
+        PyErr_SetString(PyExc_BufferError, "c_adopter holds host-accessible memory only");
+        return NULL;
+    }
+    if (must_copy) {
+        r = target.device_type == kDLCPU ? copy_to_host(t.dl_tensor, t.flags) : NULL;
+        if (r == NULL && !PyErr_Occurred())
+            PyErr_Format(PyExc_BufferError, "c_adopter cannot copy to device (%d, %d)", (int)target.device_type,
+                         (int)target.device_id);
+        dlpack_ref_release(&t);
+        return (PyObject*)r;
+    }
+    if ((r = tensor_new()) == NULL) { dlpack_ref_release(&t); return NULL; }
+    r->imported = t;
+    r->t = *t.dl_tensor;
+    r->t.shape = r->shape;
+    r->t.strides = r->strides;
+    memcpy(r->shape, t.dl_tensor->shape, (size_t)t.dl_tensor->ndim * sizeof(int64_t));
+    if (t.dl_tensor->strides != NULL) {
+        memcpy(r->strides, t.dl_tensor->strides, (size_t)t.dl_tensor->ndim * sizeof(int64_t));
+    } else {
+        int d; int64_t k = 1;
+        for (d = t.dl_tensor->ndim - 1; d >= 0; --d) { r->strides[d] = k; k *= r->shape[d] > 0 ? r->shape[d] : 1; }
+    }
+    r->flags = t.flags & (DLPACK_FLAG_BITMASK_READ_ONLY | DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED);
+    return (PyObject*)r;
+}
+
+/* make(code, bits, lanes, shape, data: bytes, flags=0): a row-major tensor of ours holding `data`. */
+static PyObject* make(PyObject* mod, PyObject* args) {
+    int code, bits, lanes, d;
+    unsigned long long flags = 0;
+    PyObject* shape;
+    Py_buffer data;
+    DLTensor desc;
+    int64_t dims[DLPACK_REF_MAX_NDIM];
+    Tensor* r;
+    (void)mod;
+    if (!PyArg_ParseTuple(args, "iiiO!y*|K", &code, &bits, &lanes, &PyTuple_Type, &shape, &data, &flags)) return NULL;
+    memset(&desc, 0, sizeof desc);
+    desc.ndim = (int32_t)PyTuple_GET_SIZE(shape);
+    desc.dtype.code = (uint8_t)code; desc.dtype.bits = (uint8_t)bits; desc.dtype.lanes = (uint16_t)lanes;
+    desc.device.device_type = kDLCPU;
+    desc.shape = dims;
+    desc.data = data.buf;
+    for (d = 0; d < desc.ndim && d < DLPACK_REF_MAX_NDIM; ++d) dims[d] = PyLong_AsLongLong(PyTuple_GET_ITEM(shape, d));
+    if (PyErr_Occurred() || dlpack_check_tensor(&desc, flags, 1) < 0) { PyBuffer_Release(&data); return NULL; }
+    if (nbytes_of(&desc, flags) != (int64_t)data.len) {
+        PyBuffer_Release(&data);
+        PyErr_SetString(PyExc_ValueError, "data has the wrong size for the shape and dtype");
+        return NULL;
+    }
+    r = copy_to_host(&desc, flags);
+    PyBuffer_Release(&data);
+    if (r != NULL) r->flags |= flags & DLPACK_FLAG_BITMASK_READ_ONLY;
+    return (PyObject*)r;
+}
+
+static PyMethodDef tensor_methods[] = {
+    {"__dlpack__", (PyCFunction)(void (*)(void))tensor_dlpack, METH_VARARGS | METH_KEYWORDS, NULL},
+    {"__dlpack_device__", (PyCFunction)tensor_dlpack_device, METH_NOARGS, NULL},
+    {NULL, NULL, 0, NULL}};
+
+static PyGetSetDef tensor_getset[] = {
+    {"data_ptr", (getter)tensor_data_ptr, NULL, NULL, NULL},
+    {"readonly", (getter)tensor_readonly, NULL, NULL, NULL},
+    {"meta", (getter)tensor_get_meta, (setter)tensor_set_meta, NULL, NULL},
+    {NULL, NULL, NULL, NULL, NULL}};
+
+static PyMethodDef module_methods[] = {
+    {"from_dlpack", (PyCFunction)(void (*)(void))from_dlpack, METH_VARARGS | METH_KEYWORDS, NULL},
+    {"make", make, METH_VARARGS, NULL},
+    {NULL, NULL, 0, NULL}};
+
+static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "c_adopter", NULL, -1, module_methods,
+                                        NULL, NULL, NULL, NULL};
+
+PyMODINIT_FUNC PyInit_c_adopter(void) {
+    PyObject* m;
+    TensorType.tp_name = "c_adopter.Tensor";
+    TensorType.tp_basicsize = sizeof(Tensor);
+    TensorType.tp_flags = Py_TPFLAGS_DEFAULT;
+    TensorType.tp_dealloc = (destructor)tensor_dealloc;
+    TensorType.tp_methods = tensor_methods;
+    TensorType.tp_getset = tensor_getset;
+    if (PyType_Ready(&TensorType) < 0 || (m = PyModule_Create(&module_def)) == NULL) return NULL;
+#ifdef Py_GIL_DISABLED
+    PyUnstable_Module_SetGIL(m, Py_MOD_GIL_NOT_USED);
+#endif
+    Py_INCREF(&TensorType);
+    PyModule_AddObject(m, "Tensor", (PyObject*)&TensorType);
+    PyModule_AddObject(m, "CopyForbiddenError", Py_NewRef(dlpack_ref_copy_forbidden_error()));
+    return m;
+}
