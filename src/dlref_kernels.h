@@ -308,10 +308,11 @@ static inline float dlref_f32_odd_from_f64(double x) {
     float r = (float)x;
     uint32_t u = dlref_f32_bits(r);
     /* Inexact with an even last bit: the other neighbour of x, one step
-       of the magnitude toward x, is odd. Branch-free, so loops vectorize. */
+       of the magnitude toward x, is odd. (GCC 12 vectorizes no form of
+       this tried: the bit casts between float and uint32 stop it.) */
     uint32_t step = ((double)r != x) & (x == x) & ~u & 1u;
     uint32_t down = fabs((double)r) > fabs(x);
-    return dlref_bits_f32(u + (step ? (down ? 0xFFFFFFFFu : 1u) : 0u));
+    return dlref_bits_f32(u + step - 2u * (step & down));
 }
 
 /* A uint64 as a double rounded to odd: from 2**53 on, the bits below 2**11
