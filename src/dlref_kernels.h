@@ -3,10 +3,15 @@
    except where the values themselves are Python objects (sequences, tolist).
 
    Rounding rules (docs/semantics.md, "Conversions"):
-   - float16 is rounded from the float32 or float64 bits directly (as NumPy);
-   - bfloat16 and the float8/6/4 types are rounded from float32 (a float64
-     or integer source goes through float32 first, as ml_dtypes does), to
-     nearest with ties to even; NaN keeps its sign;
+   - every conversion to a narrower float is one rounding of the source's
+     exact value, to nearest with ties to even (ml_dtypes, CPython's struct
+     'e'): float16 from the float32 or float64 bits directly (as NumPy);
+     bfloat16 and the float8/6/4 types from float32, where a wider source
+     (float64, a 32- or 64-bit integer, a Python int) first becomes a
+     float32 rounded to odd, which a second rounding leaves exact
+     (dlref_f32_odd_from_f64); an int64 or uint64 into float32 or complex64
+     is rounded once by the C cast or through a double rounded to odd;
+     NaN keeps its sign;
    - overflow: inf where the type has one, else NaN (fn, fnuz), else the
      largest finite value of that sign (float6, float4: no NaN either; NaN
      into them is an error, reported by a nonzero return);
@@ -286,6 +291,42 @@ static inline uint32_t dlref_f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); 
 static inline float dlref_bits_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
 static inline uint64_t dlref_f64_bits(double f) { uint64_t u; memcpy(&u, &f, 8); return u; }
 static inline double dlref_bits_f64(uint64_t u) { double f; memcpy(&f, &u, 8); return f; }
+
+/* Rounding to odd: truncate, then set the lowest bit when anything was
+   cut off. A value rounded to odd with two or more bits beyond a narrower
+   format's significand, then rounded to nearest even into that format,
+   comes out as the value rounded once: rounding to odd never lands on a
+   tie of the narrower format or moves across one, so the second rounding
+   sees whether the value was below, on or above each tie. float32 (24
+   bits) serves every format of 22 bits or fewer: bfloat16, float16, every
+   float8, float6 and float4, and the halfway rule of float8_e8m0fnu (its
+   1.5 * 2**e thresholds have an even last bit in float32). Overflow stays
+   overflow (a value beyond FLT_MAX gives FLT_MAX, beyond every narrow
+   format's range) and the float32 subnormals are still 16 bits finer than
+   bfloat16's. NaN stays NaN with its sign. */
+static inline float dlref_f32_odd_from_f64(double x) {
+    float r = (float)x;
+    uint32_t u = dlref_f32_bits(r);
+    /* Inexact with an even last bit: the other neighbour of x, one step
+       of the magnitude toward x, is odd. (GCC 12 vectorizes no form of
+       this tried: the bit casts between float and uint32 stop it.) */
+    uint32_t step = ((double)r != x) & (x == x) & ~u & 1u;
+    uint32_t down = fabs((double)r) > fabs(x);
+    return dlref_bits_f32(u + step - 2u * (step & down));
+}
+
+/* A uint64 as a double rounded to odd: from 2**53 on, the bits below 2**11
+   folded into bit 11, which leaves at most 53 significant bits (exact as a
+   double) and at least 43, rounded to odd (enough for float32 and every
+   narrower format, above). */
+static inline double dlref_f64_odd_from_u64(uint64_t u) {
+    uint64_t folded = (u & ~(uint64_t)0x7FF) | ((uint64_t)((u & 0x7FF) != 0) << 11);
+    return (double)(u >> 53 ? folded : u);
+}
+static inline double dlref_f64_odd_from_i64(int64_t v) {
+    double m = dlref_f64_odd_from_u64(v < 0 ? 0 - (uint64_t)v : (uint64_t)v);
+    return v < 0 ? -m : m;
+}
 
 /* Round sig * 2**(e - p) (sig < 2**(p+1)) to a magnitude code of a binary
    format with `m` mantissa bits and bias `bias`, to nearest, ties to even.
@@ -611,20 +652,23 @@ static void dlref_run_BF16_F32(char* d, int64_t ds, const char* s, int64_t ss, i
 /* --- two-stage conversion through double ---------------------------------- */
 
 /* Load n elements of type t (stride ss bytes) as doubles; `im` (may be NULL)
-   gets imaginary parts (0 for real types). Sub-byte codes arrive one per byte. */
-static void dlref_load(int t, const char* s, int64_t ss, int64_t n, double* re, double* im) {
+   gets imaginary parts (0 for real types). Sub-byte codes arrive one per byte.
+   `odd`: the store narrows the doubles further, so an int64 or uint64 beyond
+   2**53 is rounded to odd, not to nearest (which would be a first rounding). */
+static void dlref_load(int t, const char* s, int64_t ss, int64_t n, double* re, double* im, int odd) {
     int64_t i;
 #define DLREF_LOAD(T) for (i = 0; i < n; ++i) { T v; memcpy(&v, s + i * ss, sizeof(T)); re[i] = (double)v; } break
+#define DLREF_LOAD_ODD(T, F) for (i = 0; i < n; ++i) { T v; memcpy(&v, s + i * ss, sizeof(T)); re[i] = odd ? F(v) : (double)v; } break
     switch (t) {
     case DLREF_T_BOOL: for (i = 0; i < n; ++i) re[i] = s[i * ss] != 0; break;
     case DLREF_T_I8: DLREF_LOAD(int8_t);
     case DLREF_T_I16: DLREF_LOAD(int16_t);
     case DLREF_T_I32: DLREF_LOAD(int32_t);
-    case DLREF_T_I64: DLREF_LOAD(int64_t);
+    case DLREF_T_I64: DLREF_LOAD_ODD(int64_t, dlref_f64_odd_from_i64);
     case DLREF_T_U8: DLREF_LOAD(uint8_t);
     case DLREF_T_U16: DLREF_LOAD(uint16_t);
     case DLREF_T_U32: DLREF_LOAD(uint32_t);
-    case DLREF_T_U64: DLREF_LOAD(uint64_t);
+    case DLREF_T_U64: DLREF_LOAD_ODD(uint64_t, dlref_f64_odd_from_u64);
     case DLREF_T_F32: DLREF_LOAD(float);
     case DLREF_T_F64: DLREF_LOAD(double);
     case DLREF_T_F16: for (i = 0; i < n; ++i) { uint16_t v; memcpy(&v, s + i * ss, 2); re[i] = dlref_f64_from_f16(v); } break;
@@ -641,10 +685,13 @@ static void dlref_load(int t, const char* s, int64_t ss, int64_t n, double* re, 
     }
     }
 #undef DLREF_LOAD
+#undef DLREF_LOAD_ODD
     if (im) for (i = 0; i < n; ++i) im[i] = 0.0;
 }
 
-/* Store n doubles (and imaginary parts for complex types) as type t.
+/* Store n doubles (and imaginary parts for complex types) as type t, each
+   rounded once (through a float32 rounded to odd for bfloat16 and the
+   minifloats).
    Returns the number of NaNs that a type without NaN refused (those
    elements are left unwritten). */
 static int64_t dlref_store(int t, char* d, int64_t ds, int64_t n, const double* re, const double* im) {
@@ -663,7 +710,7 @@ static int64_t dlref_store(int t, char* d, int64_t ds, int64_t n, const double* 
     case DLREF_T_F32: DLREF_STORE(float, (float)re[i]);
     case DLREF_T_F64: DLREF_STORE(double, re[i]);
     case DLREF_T_F16: DLREF_STORE(uint16_t, dlref_f16_from_f64(re[i]));
-    case DLREF_T_BF16: DLREF_STORE(uint16_t, dlref_bf16_from_f32((float)re[i]));
+    case DLREF_T_BF16: DLREF_STORE(uint16_t, dlref_bf16_from_f32(dlref_f32_odd_from_f64(re[i])));
     case DLREF_T_C64:
         for (i = 0; i < n; ++i) { float w[2]; w[0] = (float)re[i]; w[1] = im ? (float)im[i] : 0.0f; memcpy(d + i * ds, w, 8); }
         break;
@@ -673,15 +720,15 @@ static int64_t dlref_store(int t, char* d, int64_t ds, int64_t n, const double* 
     case DLREF_T_F4X2:
         /* Two values (the lanes) per byte, first in the low nibble. */
         for (i = 0; i + 1 < n; i += 2)
-            d[(i / 2) * ds] = (char)(dlref_mini_from_f32((float)re[i], 2, 1, 1, DLREF_FINITE)
-                                     | dlref_mini_from_f32((float)re[i + 1], 2, 1, 1, DLREF_FINITE) << 4);
+            d[(i / 2) * ds] = (char)(dlref_mini_from_f32(dlref_f32_odd_from_f64(re[i]), 2, 1, 1, DLREF_FINITE)
+                                     | dlref_mini_from_f32(dlref_f32_odd_from_f64(re[i + 1]), 2, 1, 1, DLREF_FINITE) << 4);
         for (i = 0; i < n; ++i) refused += re[i] != re[i];
         break;
     default: {
         const dlref_minifloat* p = &dlref_minifloats[t - DLREF_T_MINI];
         const int E = p->exp_bits, M = p->man_bits, bias = p->bias, style = p->style;
         for (i = 0; i < n; ++i) {
-            uint32_t c = dlref_mini_from_f32((float)re[i], E, M, bias, style);
+            uint32_t c = dlref_mini_from_f32(dlref_f32_odd_from_f64(re[i]), E, M, bias, style);
             if (c == 0x100) { refused++; continue; }
             d[i * ds] = (char)c;
         }
@@ -745,6 +792,22 @@ static void dlref_run_MINI_F32(int t, char* d, int64_t ds, const char* s, int64_
     for (i = 0; i < n; ++i) memcpy(d + i * ds, &table[(uint8_t)s[i * ss]], 4);
 }
 
+/* n elements of native type st as float32 rounded to odd (exact where the
+   type fits in float32). */
+static void dlref_load_f32_odd(int st, float* f, const char* s, int64_t ss, int64_t n) {
+    int64_t i;
+#define DLREF_LOAD_F32_ODD(T, F) for (i = 0; i < n; ++i) { T v; memcpy(&v, s + i * ss, sizeof(T)); f[i] = dlref_f32_odd_from_f64(F(v)); } return
+    switch (st) {
+    case DLREF_T_F64: DLREF_LOAD_F32_ODD(double, (double));
+    case DLREF_T_I32: DLREF_LOAD_F32_ODD(int32_t, (double));
+    case DLREF_T_U32: DLREF_LOAD_F32_ODD(uint32_t, (double));
+    case DLREF_T_I64: DLREF_LOAD_F32_ODD(int64_t, dlref_f64_odd_from_i64);
+    case DLREF_T_U64: DLREF_LOAD_F32_ODD(uint64_t, dlref_f64_odd_from_u64);
+    default: dlref_native_runs[st][DLREF_T_F32]((char*)f, 4, s, ss, n);
+    }
+#undef DLREF_LOAD_F32_ODD
+}
+
 /* One run of n elements from type st to type dt. */
 static int64_t dlref_convert_run(int dt, char* d, int64_t ds, int st, const char* s, int64_t ss, int64_t n) {
     double re[DLREF_BLOCK], im[DLREF_BLOCK];
@@ -762,11 +825,12 @@ static int64_t dlref_convert_run(int dt, char* d, int64_t ds, int st, const char
         if (st >= DLREF_T_MINI && st < DLREF_T_F4X2) { dlref_run_MINI_F32(st, d, ds, s, ss, n); return 0; }
     }
     if (st < DLREF_N_NATIVE && (dt == DLREF_T_BF16 || (dt >= DLREF_T_MINI && dt < DLREF_T_F4X2))) {
-        /* Through float32 with one rounding (an integer's own), as ml_dtypes. */
+        /* Through float32: exact from bool and 8- and 16-bit integers, rounded
+           to odd from the wider types, so the float32 loop rounds once. */
         float f[DLREF_BLOCK];
         for (done = 0; done < n; done += DLREF_BLOCK) {
             int64_t m = n - done < DLREF_BLOCK ? n - done : DLREF_BLOCK;
-            dlref_native_runs[st][DLREF_T_F32]((char*)f, 4, s + done * ss, ss, m);
+            dlref_load_f32_odd(st, f, s + done * ss, ss, m);
             refused += dlref_convert_run(dt, d + done * ds, ds, DLREF_T_F32, (const char*)f, 4, m);
         }
         return refused;
@@ -778,7 +842,7 @@ static int64_t dlref_convert_run(int dt, char* d, int64_t ds, int st, const char
     }
     for (done = 0; done < n; done += DLREF_BLOCK) {
         int64_t m = n - done < DLREF_BLOCK ? n - done : DLREF_BLOCK;
-        dlref_load(st, s + done * ss, ss, m, re, complex_out ? im : NULL);
+        dlref_load(st, s + done * ss, ss, m, re, complex_out ? im : NULL, dt != DLREF_T_F64 && dt != DLREF_T_C128);
         refused += dlref_store(dt, d + done * ds, ds, m, re, complex_out ? im : NULL);
     }
     return refused;
@@ -1003,6 +1067,35 @@ static int dlref_fill_int(dlref_filler* f, PyObject* o) {
     return 0;
 }
 
+/* A Python int as a double for a destination narrower than float64: rounded
+   to odd (dlref_f32_odd_from_f64), so that the store's rounding is the only
+   one. PyLong_AsDouble, to nearest, would be a first rounding of an int
+   beyond 2**53 (NumPy's list intake rounds twice there; its int64 array
+   casts do not). An int beyond the double range is OverflowError, as for
+   float64. */
+static int dlref_long_as_odd_double(PyObject* o, double* out) {
+    int overflow = 0, above, below;
+    long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
+    double d;
+    PyObject* back;
+    if (v == -1 && PyErr_Occurred()) return -1;
+    if (!overflow) { *out = dlref_f64_odd_from_i64(v); return 0; }
+    d = PyLong_AsDouble(o);
+    if (d == -1.0 && PyErr_Occurred()) return -1;
+    *out = d;
+    /* Nearest with an odd last bit is already the odd neighbour (exact or not). */
+    if (dlref_f64_bits(d) & 1) return 0;
+    back = PyLong_FromDouble(d);
+    if (!back) return -1;
+    above = PyObject_RichCompareBool(o, back, Py_GT);
+    below = above ? 0 : PyObject_RichCompareBool(o, back, Py_LT);
+    Py_DECREF(back);
+    if (above < 0 || below < 0) return -1;
+    if (above) *out = nextafter(d, INFINITY);
+    else if (below) *out = nextafter(d, -INFINITY);
+    return 0;
+}
+
 static int dlref_fill_leaf(dlref_filler* f, PyObject* o) {
     int t = f->tid;
     if (t == DLREF_T_BOOL) {
@@ -1020,7 +1113,10 @@ static int dlref_fill_leaf(dlref_filler* f, PyObject* o) {
     {
         double re, im = 0.0;
         if (PyFloat_CheckExact(o)) re = PyFloat_AS_DOUBLE(o);
-        else if (PyLong_Check(o)) { re = PyLong_AsDouble(o); if (re == -1.0 && PyErr_Occurred()) return -1; }
+        else if (PyLong_Check(o) && (t == DLREF_T_F64 || t == DLREF_T_C128)) {
+            re = PyLong_AsDouble(o); if (re == -1.0 && PyErr_Occurred()) return -1;
+        }
+        else if (PyLong_Check(o)) { if (dlref_long_as_odd_double(o, &re) < 0) return -1; }
         else if (PyComplex_Check(o)) {
             if (!dlref_is_complex_tid(t)) {
                 PyErr_Format(PyExc_TypeError, "cannot store complex %R in a real Array (%s)", o, f->name);
@@ -1081,7 +1177,7 @@ static PyObject* dlref_element_object(int t, const char* p) {
         return Py_BuildValue("(dd)", (double)dlref_bits_f32(table[b & 0xF]), (double)dlref_bits_f32(table[b >> 4]));
     }
     default:
-        dlref_load(t, p, 0, 1, &re, &im);
+        dlref_load(t, p, 0, 1, &re, &im, 0);
         if (dlref_is_complex_tid(t)) return PyComplex_FromDoubles(re, im);
         return PyFloat_FromDouble(re);
     }

@@ -283,3 +283,242 @@ def test_scalar_reads():
         a[0, 2 ** 70]
     assert dr.asarray([2.5], dtype="float8_e4m3fn")[0].tolist() == 2.5
     assert float(dr.asarray([0.375], dtype="bfloat16")[0]) == 0.375
+
+
+# --- one rounding into every narrower float -----------------------------------
+#
+# A conversion into a narrower float is one rounding of the source's exact
+# value (docs/semantics.md, "Conversions"). Two roundings (say float64 ->
+# float32 -> bfloat16) differ from one only next to a tie of the narrow
+# format: where the first rounding lands on the tie, or moves off it. So the
+# values below sit just above and just below every tie of every format (and
+# its overflow threshold), in float64, float32 and integer sources, and the
+# results are compared bit for bit with ml_dtypes, NumPy and CPython's struct.
+
+from fractions import Fraction  # noqa: E402
+import struct  # noqa: E402
+
+NARROW = ["float16", "bfloat16", *(n for n in _format.MINIFLOATS if n != "float4_e2m1fn_x2")]
+# Python ints for the list path beyond int64: the ties of float32 and bfloat16 up there.
+HUGE_SCALES = [2 ** 64, 2 ** 80, 2 ** 100]
+
+
+def _positive_values(name):
+    """The format's finite values above zero, sorted, decoded by ml_dtypes / NumPy."""
+    codes = np.arange(code_count(name), dtype=UINT_OF_SIZE[np_dtype(name).itemsize])
+    with np.errstate(all="ignore"):
+        values = codes.view(np_dtype(name)).astype(np.float64)
+    return np.unique(values[np.isfinite(values) & (values > 0)])
+
+
+def ties(name):
+    """Every positive tie of the format: the midpoints of neighbouring values
+    (from zero up: 1.5 * 2**e for float8_e8m0fnu, whose rule rounds it up),
+    and the overflow threshold, halfway from the largest value to the next
+    one the format would have with a wider exponent. All exact in float64."""
+    v = _positive_values(name)
+    above_max = 2 * v[-1] if name == "float8_e8m0fnu" else 2 * v[-1] - v[-2]
+    points = np.concatenate([[0.0] if name != "float8_e8m0fnu" else [], v, [above_max]])
+    return (points[1:] + points[:-1]) / 2
+
+
+def around_ties_f64(name):
+    """float64 values on both sides of each tie, of both signs: one float64
+    step away; just inside and just outside the band of half a float32 step
+    (where rounding through float32 lands on the tie); one float32 step away;
+    and specials (zero, tiny, huge, inf, NaN)."""
+    t = ties(name)
+    half32 = np.spacing(t.astype(np.float32)).astype(np.float64) / 2
+    near = [t, np.nextafter(t, np.inf), np.nextafter(t, -np.inf)]
+    for k in (1, -1):
+        edge = t + k * half32
+        near += [edge, np.nextafter(edge, t), np.nextafter(edge, np.inf * k), t + k * half32 / 3, t + 2 * k * half32]
+    specials = [0.0, 5e-324, 1e-300, 2.0 ** -150, 1e300, 3.5e38, math.inf, math.nan]
+    values = np.concatenate(near + [specials])
+    values = np.concatenate([values, -values])
+    if name in NO_NAN:
+        values = values[~np.isnan(values)]
+    return values
+
+
+def around_ties_f32(name):
+    t32 = ties(name).astype(np.float32)
+    assert np.array_equal(t32.astype(np.float64), ties(name)), "every tie is a float32"
+    values = np.concatenate([t32, np.nextafter(t32, np.float32(np.inf)), np.nextafter(t32, np.float32(-np.inf)),
+                             np.float32([0.0, 1e-45, 3e38, np.inf, np.nan])])
+    values = np.concatenate([values, -values])
+    return values[~np.isnan(values)] if name in NO_NAN else values
+
+
+def around_ties_int(name, lo, hi):
+    """Integers in [lo, hi] around the integer ties (and the overflow
+    threshold) of the format: one away, and around half a float32 step and
+    half a float64 step, where rounding through either would land on the tie."""
+    out = set()
+    for t in ties(name).tolist():
+        if t < 1 or t != int(t) or t > hi:
+            continue
+        t = int(t)
+        half32 = int(np.spacing(np.float32(t))) // 2 if t < 2 ** 127 else 0
+        half64 = int(np.spacing(float(t))) // 2
+        for d in {0, 1, half32 - 1, half32, half32 + 1, half64 - 1, half64, half64 + 1}:
+            for v in (t - d, t + d, -t - d, -t + d):
+                if lo <= v <= hi:
+                    out.add(v)
+    return sorted(out)
+
+
+def oracle_from_f64(values, name):
+    """ml_dtypes (NumPy for float16) from float64: one rounding."""
+    with np.errstate(all="ignore"):
+        expected = values.astype(np_dtype(name))
+    if name == "float8_e8m0fnu" and not e8m0.ml_dtypes_rounds_by_value(ml_dtypes):
+        expected = np.array(e8m0.corrected(values, expected.view(np.uint8)), np.uint8).view(expected.dtype)
+    return expected
+
+
+def struct_e(values):
+    """CPython's float16 packing (round half to even from the double), NaN and overflow aside."""
+    out = []
+    for v in values.tolist():
+        try:
+            out.append(struct.unpack("<H", struct.pack("<e", v))[0])
+        except OverflowError:
+            out.append(0x7C00 | (0x8000 if v < 0 else 0))
+    return np.array(out, np.uint16)
+
+
+def with_imaginary(values, dtype):
+    """values + 0.5j with each real part as it is (adding 0.5j would make -0 into +0)."""
+    out = np.empty(values.shape, dtype)
+    out.real, out.imag = values, 0.5
+    return out
+
+
+def ours_bits(result, name):
+    return bits(np.frombuffer(result._host_bytes(), np_dtype(name)))
+
+
+def assert_same_bits(values, got, expected):
+    bad = np.nonzero(got != expected)[0]
+    assert bad.size == 0, (f"{bad.size} of {got.size} differ", [(float(values[i]) if np.ndim(values) else None,
+                           int(got[i]), int(expected[i])) for i in bad[:6]])
+
+
+@pytest.mark.parametrize("name", NARROW)
+def test_float64_rounds_once_around_every_tie(name):
+    values = around_ties_f64(name)
+    expected = bits(oracle_from_f64(values, name))
+    assert_same_bits(values, ours_bits(dr.asarray(values, dtype=name), name), expected)
+    assert_same_bits(values, ours_bits(dr.asarray(dr.asarray(values), dtype=name), name), expected)
+    assert_same_bits(values, ours_bits(dr.asarray(values.tolist(), dtype=name), name), expected)
+    # Strided, and the real part of complex128: the other loops into the same rounding.
+    assert_same_bits(values[::3], ours_bits(dr.asarray(dr.asarray(values)[::3], dtype=name), name), expected[::3])
+    assert_same_bits(values, ours_bits(dr.asarray(with_imaginary(values, np.complex128), dtype=name), name), expected)
+    if name == "float16":
+        finite = ~np.isnan(values)
+        assert_same_bits(values[finite], ours_bits(dr.asarray(values, dtype=name), name)[finite], struct_e(values[finite]))
+
+
+@pytest.mark.parametrize("name", NARROW)
+def test_float32_rounds_once_around_every_tie(name):
+    values = around_ties_f32(name)
+    expected = bits(oracle_from_f64(values.astype(np.float64), name))
+    with np.errstate(all="ignore"):
+        assert np.array_equal(bits(values.astype(np_dtype(name))), expected)
+    assert_same_bits(values, ours_bits(dr.asarray(values, dtype=name), name), expected)
+    assert_same_bits(values, ours_bits(dr.asarray(with_imaginary(values, np.complex64), dtype=name), name), expected)
+
+
+INT_TYPES = ["int8", "int16", "int32", "uint32", "int64", "uint64"]
+
+
+@pytest.mark.parametrize("name", NARROW)
+@pytest.mark.parametrize("src_name", INT_TYPES)
+def test_integers_round_once_around_every_tie(src_name, name):
+    info = np.iinfo(src_name)
+    values = around_ties_int(name, int(info.min), int(info.max))
+    if not values:
+        pytest.skip(f"no tie of {name} is an integer in {src_name}")
+    src = np.array(values, dtype=src_name)
+    with np.errstate(all="ignore"):
+        expected = bits(src.astype(np_dtype(name)))
+    if name == "float8_e8m0fnu" and not e8m0.ml_dtypes_rounds_by_value(ml_dtypes):
+        expected = np.array(e8m0.corrected(src, expected.view(np.uint8)), np.uint8)
+    assert_same_bits(src, ours_bits(dr.asarray(src, dtype=name), name), expected)
+    assert_same_bits(src, ours_bits(dr.asarray(values, dtype=name), name), expected)
+
+
+def exact_float32(v):
+    """float32 of an integer: np.longdouble holds every int64 and uint64 exactly on
+    the platforms CI runs (x86-64 extended, aarch64 quad), so its cast rounds once."""
+    return np.array(v, dtype=np.longdouble).astype(np.float32)
+
+
+@pytest.mark.parametrize("src_name", ["int32", "uint32", "int64", "uint64"])
+def test_integers_into_float32_and_complex64_round_once(src_name):
+    if np.finfo(np.longdouble).nmant < 63:
+        pytest.skip("long double does not hold an int64 here")
+    info = np.iinfo(src_name)
+    values = around_ties_int("bfloat16", int(info.min), int(info.max))
+    # float32's own ties are bfloat16's ties' neighbours scaled: take the band around them too.
+    values += [(1 << k) + (1 << (k - 24)) + d for k in range(25, 64) for d in (-1, 0, 1, (1 << (k - 53)) if k > 53 else 2)]
+    values = [v for v in values if info.min <= v <= info.max]
+    src = np.array(values, dtype=src_name)
+    expected = bits(np.array([exact_float32(v) for v in values], np.float32))
+    assert_same_bits(src, ours_bits(dr.asarray(src, dtype="float32"), "float32"), expected)
+    assert_same_bits(src, ours_bits(dr.asarray(src, dtype="complex64"), "complex64")[::2], expected)
+    assert_same_bits(src, ours_bits(dr.asarray(values, dtype="float32"), "float32"), expected)
+    assert_same_bits(src, ours_bits(dr.asarray(values, dtype="complex64"), "complex64")[::2], expected)
+    # NumPy's own array casts round once as well (its list intake does not: through a double).
+    assert_same_bits(src, bits(src.astype(np.float32)), expected)
+
+
+def _nearest_even_holds(v, got, below, above, even):
+    """The definition of rounding to nearest, ties to even, in exact arithmetic."""
+    d, d_below, d_above = abs(Fraction(v) - Fraction(got)), abs(Fraction(v) - Fraction(below)), abs(Fraction(v) - Fraction(above))
+    return d <= d_below and d <= d_above and (d not in (d_below, d_above) or even)
+
+
+@pytest.mark.parametrize("name", ["float32", "bfloat16"])
+def test_python_ints_beyond_int64_round_once(name):
+    dt = np.float32 if name == "float32" else np_dtype(name)
+    values = []
+    for scale in HUGE_SCALES:
+        step = scale >> (23 if name == "float32" else 7)   # the spacing at scale (24 and 8 significand bits)
+        for k in range(1, 6):
+            tie = scale + k * step + step // 2
+            values += [tie - 1, tie, tie + 1, tie - step // 4, tie + step // 4, -tie - 1, -tie + 1]
+    got = np.frombuffer(dr.asarray(values, dtype=name)._host_bytes(), dt)
+    inf = np.array(np.inf, dt)
+    for v, r in zip(values, got):
+        below, above = np.nextafter(r, -inf), np.nextafter(r, inf)
+        even = int(np.array(r, dt).view(np.uint32 if name == "float32" else np.uint16)) % 2 == 0
+        assert _nearest_even_holds(v, float(r), float(below), float(above), even), (v, float(r))
+    with pytest.raises(OverflowError, match="too large"):
+        dr.asarray([2 ** 1100], dtype=name)
+
+
+@pytest.mark.parametrize("name", NARROW)
+def test_overflow_nan_inf_and_signed_zero_from_every_source(name):
+    """The format's own rule for what lies beyond it, the same from float64,
+    float32, integers and lists: inf (ieee), NaN (fn, fnuz, e8m0), the
+    largest finite (float6, float4); NaN keeps its sign where the format has
+    one; -0 stays -0 except in fnuz formats (+0)."""
+    v = _positive_values(name)
+    over = ties(name)[-1]
+    values = np.array([over, np.nextafter(over, np.inf), np.nextafter(over, 0), 2 * over, v[-1], 1e300, math.inf,
+                       0.0, v[0] / 4, np.nextafter(v[0] / 2, np.inf), v[0] / 2] + ([] if name in NO_NAN else [math.nan]))
+    values = np.concatenate([values, -values])
+    expected = bits(oracle_from_f64(values, name))
+    assert_same_bits(values, ours_bits(dr.asarray(values, dtype=name), name), expected)
+    assert_same_bits(values, ours_bits(dr.asarray(values.tolist(), dtype=name), name), expected)
+    with np.errstate(all="ignore"):
+        f32 = values.astype(np.float32)
+    exact32 = f32.astype(np.float64) == values
+    assert_same_bits(f32[exact32], ours_bits(dr.asarray(f32[exact32], dtype=name), name), expected[exact32])
+    if name in NO_NAN:
+        top = expected[0]
+        assert (expected[:7] == top).all(), "float6/float4 saturate to the largest finite value"
+    elif _format.MINIFLOATS.get(name, (0, 0, 0, "ieee"))[3] in ("fnuz",):
+        assert expected[7 + len(values) // 2] == 0, "fnuz: -0 is +0"
