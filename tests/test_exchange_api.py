@@ -508,6 +508,7 @@ def test_cuda_core_strided_memory_view_reads_an_array():
 # function; either way the tensor the table handed out is freed exactly once
 # and nothing ends in SystemError (docs/exchange_api.md).
 
+from support import cudatest  # noqa: E402
 from support import hostile_table  # noqa: E402
 
 
@@ -580,6 +581,7 @@ def test_a_failing_current_work_stream_is_refused_and_frees_the_tensor_once(
     assert factory.deleter_calls == 1
 
 
+@pytest.mark.skipif(cudatest.unavailable() is not None, reason="needs the CUDA driver (real or simulated) and cuda-python")
 @pytest.mark.cuda
 def test_a_working_current_work_stream_imports_cuda_data_in_place(hostile_lib, factory, sim):
     inner = dlpack_ref.asarray([1.0])
