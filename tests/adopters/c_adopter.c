@@ -8,6 +8,17 @@
 #include <stdlib.h>
 #include "dlpack_ref.h"
 
+/* The module's name; cpp_adopter.cpp compiles this same file as C++17
+ * under another name, so one source proves both languages. */
+#ifndef ADOPTER_NAME
+#define ADOPTER_NAME c_adopter
+#endif
+#define ADOPTER_STR_(x) #x
+#define ADOPTER_STR(x) ADOPTER_STR_(x)
+#define ADOPTER ADOPTER_STR(ADOPTER_NAME)
+#define ADOPTER_INIT_(x) PyInit_##x
+#define ADOPTER_INIT(x) ADOPTER_INIT_(x)
+
 typedef struct {
     PyObject_HEAD
     DLTensor t;
@@ -47,7 +58,7 @@ static Tensor* copy_to_host(const DLTensor* src, uint64_t flags) {
     Tensor* c;
     int d;
     if (!dlpack_ref_device_host_accessible((int32_t)src->device.device_type)) {
-        PyErr_SetString(PyExc_BufferError, "c_adopter copies host-accessible memory only");
+        PyErr_SetString(PyExc_BufferError, ADOPTER " copies host-accessible memory only");
         return NULL;
     }
     if ((c = tensor_new()) == NULL) return NULL;
@@ -77,7 +88,7 @@ static int copy_cb(void* ctx, const DLTensor* src, DLDevice target, PyObject* st
     Tensor* c;
     (void)stream; (void)value;
     if (target.device_type != kDLCPU) {
-        PyErr_Format(PyExc_BufferError, "c_adopter cannot copy to device (%d, %d); it has CPU memory only",
+        PyErr_Format(PyExc_BufferError, ADOPTER " cannot copy to device (%d, %d); it has CPU memory only",
                      (int)target.device_type, (int)target.device_id);
         return -1;
     }
@@ -132,7 +143,8 @@ static int tensor_set_meta(Tensor* self, PyObject* v, void* unused) {
 
 /* from_dlpack(x, /, *, device=None, copy=None): the header decides, we copy. */
 static PyObject* from_dlpack(PyObject* mod, PyObject* args, PyObject* kwargs) {
-    static char* names[] = {"", "device", "copy", NULL};
+    /* The keyword table is char*[]; the casts let C++ compile it too. */
+    static char* names[] = {(char*)"", (char*)"device", (char*)"copy", NULL};
     PyObject *x, *device = Py_None, *copy = Py_None;
     DLPackRefTensor t;
     DLDevice target;
@@ -143,13 +155,13 @@ static PyObject* from_dlpack(PyObject* mod, PyObject* args, PyObject* kwargs) {
     if (dlpack_ref_consumer_take(x, device, copy, Py_None, &t, &target, &must_copy) < 0) return NULL;
     if (!dlpack_ref_device_host_accessible((int32_t)t.dl_tensor->device.device_type) && !must_copy) {
         dlpack_ref_release(&t);
-        PyErr_SetString(PyExc_BufferError, "c_adopter holds host-accessible memory only");
+        PyErr_SetString(PyExc_BufferError, ADOPTER " holds host-accessible memory only");
         return NULL;
     }
     if (must_copy) {
         r = target.device_type == kDLCPU ? copy_to_host(t.dl_tensor, t.flags) : NULL;
         if (r == NULL && !PyErr_Occurred())
-            PyErr_Format(PyExc_BufferError, "c_adopter cannot copy to device (%d, %d)", (int)target.device_type,
+            PyErr_Format(PyExc_BufferError, ADOPTER " cannot copy to device (%d, %d)", (int)target.device_type,
                          (int)target.device_id);
         dlpack_ref_release(&t);
         return (PyObject*)r;
@@ -216,12 +228,12 @@ static PyMethodDef module_methods[] = {
     {"make", make, METH_VARARGS, NULL},
     {NULL, NULL, 0, NULL}};
 
-static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "c_adopter", NULL, -1, module_methods,
+static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, ADOPTER, NULL, -1, module_methods,
                                         NULL, NULL, NULL, NULL};
 
-PyMODINIT_FUNC PyInit_c_adopter(void) {
+PyMODINIT_FUNC ADOPTER_INIT(ADOPTER_NAME)(void) {
     PyObject* m;
-    TensorType.tp_name = "c_adopter.Tensor";
+    TensorType.tp_name = ADOPTER ".Tensor";
     TensorType.tp_basicsize = sizeof(Tensor);
     TensorType.tp_flags = Py_TPFLAGS_DEFAULT;
     TensorType.tp_dealloc = (destructor)tensor_dealloc;
