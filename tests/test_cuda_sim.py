@@ -28,6 +28,7 @@ from dlpack_ref._cuda_memory import MAX_PITCH, plan_copy
 from dlpack_ref.testing import DLPackExchangeAPI, read_capsule
 from support import cudatest
 from support.cudatest import CudaStream
+from support.threads import N_THREADS, run_threads
 
 _why = cudatest.unavailable()
 pytestmark = cudatest.marks()
@@ -563,31 +564,7 @@ def test_a_dl_device_copy_into_managed_memory_with_stream_none_is_readable_by_th
 # or exports it. These tests start their own threads (8, as the free
 # threading tests do); pytest-run-parallel runs them once.
 
-N_THREADS = 8
 ROUNDS = int(os.environ.get("DLPACK_REF_STRESS_ROUNDS", "40"))
-
-
-def _run_threads(work):
-    """work(k) on N_THREADS threads released together; the first exception
-    any of them raised is raised here."""
-    barrier = threading.Barrier(N_THREADS)
-    errors = []
-
-    def body(k):
-        try:
-            barrier.wait()
-            work(k)
-        except BaseException as exc:  # re-raised below
-            errors.append(exc)
-            barrier.abort()
-
-    threads = [threading.Thread(target=body, args=(k,)) for k in range(N_THREADS)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
 
 
 @pytest.mark.thread_unsafe(reason="patches the shared runtime and starts its own threads")
@@ -675,6 +652,6 @@ def test_eight_threads_writing_views_and_exporting_one_block_read_their_bytes(st
             barrier.wait()
 
     try:
-        _run_threads(work)
+        run_threads(work)
     finally:
         sys.setswitchinterval(switch)

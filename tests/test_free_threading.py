@@ -21,9 +21,9 @@ import pytest
 
 import dlpack_ref
 import dlpack_ref.cuda
+from support.threads import N_THREADS, run_threads
 from dlpack_ref.testing import NAME_USED_LEGACY, NAME_USED_VERSIONED, CapsuleFactory, ForeignProducer, capsule_name
 
-N_THREADS = 8
 ROUNDS = int(os.environ.get("DLPACK_REF_STRESS_ROUNDS", "40"))
 CAPSULES_PER_ROUND = 16
 FREE_THREADED = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
@@ -31,28 +31,6 @@ FREE_THREADED = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
 # The tests start their own threads and count over all of them: running one
 # of them in several pytest-run-parallel threads at once would mix the counts.
 pytestmark = pytest.mark.thread_unsafe(reason="starts its own threads and counts over all of them")
-
-
-def run_threads(work):
-    """Run work(k) on N_THREADS threads released together; re-raise the
-    first exception any of them raised."""
-    barrier = threading.Barrier(N_THREADS)
-    errors = []
-
-    def body(k):
-        try:
-            barrier.wait()
-            work(k)
-        except BaseException as exc:  # reported below, with its thread
-            errors.append(exc)
-
-    threads = [threading.Thread(target=body, args=(k,)) for k in range(N_THREADS)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
 
 
 def contest(make_capsules, rounds):
