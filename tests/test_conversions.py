@@ -299,6 +299,17 @@ from fractions import Fraction  # noqa: E402
 import struct  # noqa: E402
 
 NARROW = ["float16", "bfloat16", *(n for n in _format.MINIFLOATS if n != "float4_e2m1fn_x2")]
+
+# ml_dtypes is the oracle of one rounding only where it rounds once itself:
+# 0.5 converts float64 and wide integers through float32 (twice), and rounds
+# float8_e8m0fnu by the top mantissa bit before 0.7 (tests/support/e8m0.py).
+# The lanes with ml_dtypes 0.7 run these tests; the 3.13t lane, whose only
+# ml_dtypes wheel is 0.5.4, skips them with this reason.
+ONE_ROUNDING_ORACLE = (float(ml_dtypes.bfloat16(1 + 2 ** -8 + 2 ** -40)) == 1.0078125
+                       and e8m0.ml_dtypes_rounds_by_value(ml_dtypes))
+needs_one_rounding_oracle = pytest.mark.skipif(
+    not ONE_ROUNDING_ORACLE,
+    reason=f"ml_dtypes {ml_dtypes.__version__} rounds twice (through float32), so it is no oracle of one rounding")
 # Python ints for the list path beyond int64: the ties of float32 and bfloat16 up there.
 HUGE_SCALES = [2 ** 64, 2 ** 80, 2 ** 100]
 
@@ -405,6 +416,7 @@ def assert_same_bits(values, got, expected):
                            int(got[i]), int(expected[i])) for i in bad[:6]])
 
 
+@needs_one_rounding_oracle
 @pytest.mark.parametrize("name", NARROW)
 def test_float64_rounds_once_around_every_tie(name):
     values = around_ties_f64(name)
@@ -420,6 +432,7 @@ def test_float64_rounds_once_around_every_tie(name):
         assert_same_bits(values[finite], ours_bits(dr.asarray(values, dtype=name), name)[finite], struct_e(values[finite]))
 
 
+@needs_one_rounding_oracle
 @pytest.mark.parametrize("name", NARROW)
 def test_float32_rounds_once_around_every_tie(name):
     values = around_ties_f32(name)
@@ -433,6 +446,7 @@ def test_float32_rounds_once_around_every_tie(name):
 INT_TYPES = ["int8", "int16", "int32", "uint32", "int64", "uint64"]
 
 
+@needs_one_rounding_oracle
 @pytest.mark.parametrize("name", NARROW)
 @pytest.mark.parametrize("src_name", INT_TYPES)
 def test_integers_round_once_around_every_tie(src_name, name):
@@ -499,6 +513,7 @@ def test_python_ints_beyond_int64_round_once(name):
         dr.asarray([2 ** 1100], dtype=name)
 
 
+@needs_one_rounding_oracle
 @pytest.mark.parametrize("name", NARROW)
 def test_overflow_nan_inf_and_signed_zero_from_every_source(name):
     """The format's own rule for what lies beyond it, the same from float64,
