@@ -3,6 +3,8 @@ or a crashing consumer (a lambda too) is reported as such, each consumer
 case is judged by its own function, and the checker's tables are the
 project's."""
 
+import ctypes
+import gc
 import os
 import signal
 
@@ -10,6 +12,7 @@ import pytest
 
 import dlpack_ref as dr
 from dlpack_ref import conformance as conf
+from dlpack_ref.testing import NAME_USED_VERSIONED, NAME_VERSIONED, c_api
 from dlpack_ref.conformance import Consumer, Status, adapters, consumer, cuda_rules, producer, runner
 
 
@@ -214,3 +217,22 @@ def test_a_table_failing_without_an_exception_fails_the_exchange_api_check(tmp_p
     [r] = conf.check(producer_factory=lambda dtype, shape, readonly=False: cls(), only=["producer.exchange_api"])
     assert r.status is Status.FAIL
     assert r.detail == "managed_tensor_from_py_object_no_sync returned -1 without setting an exception"
+
+
+@pytest.mark.parametrize("failure", ["silent -1", "error with -1", "error with 0", "silent 7"])
+@pytest.mark.parametrize("rule", ["producer.exchange_api", "producer.exchange_api_matches_dlpack"])
+def test_a_table_failing_with_a_tensor_handed_out_fails_the_check_and_frees_it_once(tmp_path, factory, rule,
+                                                                                     failure):
+    from support import hostile_table
+    lib = hostile_table.build(tmp_path)
+    inner = dr.zeros((2, 3))
+    cls = hostile_table.publishing_type(hostile_table.table(lib), lambda self, **kw: inner.__dlpack__(**kw))
+    cap = factory.make(shape=(2,))
+    tensor = c_api("PyCapsule_GetPointer", ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(cap, NAME_VERSIONED)
+    c_api("PyCapsule_SetName", ctypes.c_int, ctypes.py_object, ctypes.c_char_p)(cap, NAME_USED_VERSIONED)
+    lib.hostile_set(tensor, hostile_table.FAILURES[failure], 0, 0, 0)
+    # In this process (conf.check would run it in a child) to count the deleter calls.
+    [r] = producer.check_producer(conf.Producer("hostile", lambda dtype, shape, readonly=False: cls()), only=[rule])
+    assert r.status is Status.FAIL, r
+    gc.collect()
+    assert factory.deleter_calls == 1

@@ -9,6 +9,7 @@ checks rely on nothing but DLPack itself.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import enum
 import gc
@@ -551,6 +552,20 @@ def _call_deleter(address: int) -> None:
         DELETER_T(m.deleter)(address)
 
 
+@contextlib.contextmanager
+def _freed_on_failure(out: ctypes.c_void_p):
+    """A table call that fails may still have handed out a tensor through
+    ``out`` (the contract leaves it to the caller): its deleter runs once,
+    here, so that a failing table is reported without a leak."""
+    try:
+        yield
+    except BaseException:
+        if out.value:
+            _call_deleter(out.value)
+            out.value = None
+        raise
+
+
 def _table_of(x) -> DLPackExchangeAPI:
     try:
         api = exchange_api_of(type(x))
@@ -578,8 +593,9 @@ def _exchange_api(p: Producer) -> str:
         raise CheckFailed(f"NULL function pointers in a version {version} table: {', '.join(missing)}")
     want_ptr, want_values = data_pointer(x), dlpack_values(export_any(x))
     out = ctypes.c_void_p()
-    _table_call("managed_tensor_from_py_object_no_sync",
-                  lambda: FROM_PY_T(api.managed_tensor_from_py_object_no_sync)(id(x), ctypes.byref(out)))
+    with _freed_on_failure(out):
+        _table_call("managed_tensor_from_py_object_no_sync",
+                    lambda: FROM_PY_T(api.managed_tensor_from_py_object_no_sync)(id(x), ctypes.byref(out)))
     m = DLManagedTensorVersioned.from_address(out.value)
     t = m.dl_tensor
     got = (m.version.major, t.data + t.byte_offset, t.ndim)
@@ -653,7 +669,11 @@ def _export_through_table(api: DLPackExchangeAPI, x):
     """What managed_tensor_from_py_object_no_sync gives for x, in a capsule
     that dlpack-ref consumes (its deleter runs when the import ends)."""
     out = ctypes.c_void_p()
-    status = FROM_PY_T(api.managed_tensor_from_py_object_no_sync)(id(x), ctypes.byref(out))
+    with _freed_on_failure(out):
+        status = FROM_PY_T(api.managed_tensor_from_py_object_no_sync)(id(x), ctypes.byref(out))
+        if status != 0 and out.value:
+            raise SystemError(f"managed_tensor_from_py_object_no_sync returned {status} without setting an "
+                              "exception, and handed out a tensor")
     if status != 0 or not out.value:
         # Not the header's failure (that sets an exception, which ctypes raised).
         raise SystemError(f"managed_tensor_from_py_object_no_sync returned {status} and tensor "
