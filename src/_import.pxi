@@ -332,6 +332,13 @@ def from_dlpack(x, /, *, device=None, copy=None):
     """
     if device is None and copy is None and _stream_contexts == 0:
         return _import_plain(x)
+    return _from_dlpack(x, device, copy)
+
+
+cdef Array _from_dlpack(object x, object device, object copy):
+    """from_dlpack(x, device=device, copy=copy), for the core's own callers."""
+    if device is None and copy is None and _stream_contexts == 0:
+        return _import_plain(x)
     dlpack_ref_check_copy_arg(copy)
     cdef DLDevice target
     cdef DLDevice source
@@ -445,12 +452,12 @@ cdef extern from "Python.h":
     int PyObject_CheckBuffer(object obj)
 
 
-def _has_buffer(obj):
+cdef inline bint _has_buffer(object obj) noexcept:
     """Whether obj's type exports the buffer protocol (nothing is asked of it)."""
     return PyObject_CheckBuffer(obj) == 1
 
 
-def _from_buffer(obj):
+cdef Array _from_buffer(object obj):
     """A zero-copy Array over obj's buffer (CPU); the result keeps the buffer.
 
     The exporter's Py_buffer is checked like a capsule's DLTensor before
