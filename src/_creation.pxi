@@ -98,6 +98,10 @@ def asarray(obj, /, *, dtype=None, device=None, copy=None):
     dlpack_ref_check_copy_arg(copy)
     if has_want:
         want = _dldtype(dtype)
+    if copy is True and device is None and not has_want and type(obj) is _ndarray_type():
+        a = _ndarray_copy(obj)
+        if a is not None:
+            return a
     if isinstance(obj, Array) or hasattr(obj, _DLPACK_NAME):
         if copy is True and device is None and not has_want:
             a = obj if isinstance(obj, Array) else _import_plain(obj)
@@ -119,6 +123,8 @@ def asarray(obj, /, *, dtype=None, device=None, copy=None):
             copy_asked = None if has_want and not _declares_dtype(obj, want) else copy
         return _cast(_from_dlpack(obj, device, copy_asked), want, has_want, copy)
     if _may_export_buffer(obj):
+        if copy is True and device is None and not has_want:
+            return _buffer_copy(obj)
         a = _from_buffer(obj)
         if device is not None and not _can_access(_parse_device(device), a._device):
             if copy is False:
@@ -131,6 +137,34 @@ def asarray(obj, /, *, dtype=None, device=None, copy=None):
         raise _always_copies(obj)
     a = _from_python(obj, want, not has_want)
     return a if device is None else a.to_device(device)
+
+
+cdef object _numpy_ndarray = None
+
+
+cdef inline object _ndarray_type():
+    """numpy.ndarray once NumPy is imported (never imported here), else None."""
+    global _numpy_ndarray
+    if _numpy_ndarray is None:
+        numpy = _sys_modules.get("numpy")
+        if numpy is not None:
+            _numpy_ndarray = getattr(numpy, "ndarray", None)
+    return _numpy_ndarray
+
+
+cdef object _sys_modules = __import__("sys").modules
+
+
+cdef Array _ndarray_copy(object obj):
+    """asarray(ndarray, copy=True) read through the buffer protocol, which
+    costs a third of __dlpack__ and __dlpack_device__ and reads the same
+    memory, shape, strides and dtype; None when the buffer cannot describe
+    the array (its dtype, byte order, strides), and then the DLPack import
+    answers, with its own result or refusal."""
+    try:
+        return _buffer_copy(obj)
+    except Exception:
+        return None
 
 
 cdef inline bint _same_device(DLDevice a, DLDevice b) noexcept:

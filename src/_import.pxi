@@ -464,10 +464,36 @@ cdef Array _from_buffer(object obj):
     any of it is used (docs/guarantees.md: buffer import); a refused buffer
     is released exactly once."""
     cdef _BufferOwner owner = _BufferOwner.__new__(_BufferOwner)
-    if _get_buffer(obj, &owner.view, PyBUF_RECORDS_RO) != 0:
-        raise BufferError(f"the buffer exporter of {type(obj).__name__} failed with no exception set")
+    _acquire_buffer(obj, &owner.view)
     owner.acquired = True
-    cdef Py_buffer* view = &owner.view
+    cdef Array a = _described_buffer(&owner.view, obj)
+    a._base = owner
+    return a
+
+
+cdef Array _buffer_copy(object obj):
+    """A C-contiguous host copy of obj's buffer, which is held only while
+    it is read (no owner object is made): asarray(buffer, copy=True)."""
+    cdef DLDevice cpu
+    cpu.device_type = kDLCPU
+    cpu.device_id = 0
+    cdef Py_buffer view
+    _acquire_buffer(obj, &view)
+    try:
+        return _copy_to(_described_buffer(&view, obj), cpu, None)
+    finally:
+        PyBuffer_Release(&view)
+
+
+cdef int _acquire_buffer(object obj, Py_buffer* view) except -1:
+    if _get_buffer(obj, view, PyBUF_RECORDS_RO) != 0:
+        raise BufferError(f"the buffer exporter of {type(obj).__name__} failed with no exception set")
+    return 0
+
+
+cdef Array _described_buffer(Py_buffer* view, object obj):
+    """An Array describing an acquired buffer (no owner: the caller keeps
+    the buffer for as long as the Array is used), after every check."""
     cdef int32_t nd = view.ndim
     cdef int i
     if nd < 0 or nd > DLPACK_REF_MAX_NDIM:
@@ -500,7 +526,6 @@ cdef Array _from_buffer(object obj):
     a._device.device_type = kDLCPU
     a._device.device_id = 0
     a._flags = DLPACK_FLAG_BITMASK_READ_ONLY if view.readonly else 0
-    a._base = owner
     # The rules every DLTensor meets (extents, strides, byte span, NULL data
     # only when empty), on the Array's description of the buffer.
     cdef DLTensor described

@@ -15,6 +15,7 @@ subject, not this file's.
 from __future__ import annotations
 
 import array
+import sys
 
 import numpy as np
 import pytest
@@ -216,3 +217,55 @@ def test_the_public_asarray_is_the_cores():
 
     assert dr.asarray is _dlpack_ref.asarray and dr.zeros is _dlpack_ref.zeros
     assert type(dr.asarray).__name__ == "cython_function_or_method"
+
+
+# --- asarray(ndarray, copy=True) reads the array through the buffer protocol -------
+
+def test_a_copied_ndarray_holds_no_buffer_export():
+    n = np.arange(4.0)
+    before = sys.getrefcount(n)
+    c = dr.asarray(n, copy=True)
+    assert sys.getrefcount(n) == before and c.tolist() == [0.0, 1.0, 2.0, 3.0]
+    held = dr.asarray(memoryview(n))   # the control: a zero-copy import holds the export
+    assert sys.getrefcount(n) == before + 1
+    del held
+    assert sys.getrefcount(n) == before
+
+
+def test_a_copy_of_a_read_only_ndarray_is_writable():
+    n = np.arange(3.0)
+    n.flags.writeable = False
+    c = dr.asarray(n, copy=True)
+    c[0] = 7.0
+    assert c.tolist() == [7.0, 1.0, 2.0] and n.tolist() == [0.0, 1.0, 2.0]
+
+
+@pytest.mark.parametrize("make", [
+    lambda: np.arange(3, dtype=">f8"),
+    lambda: np.array([1, None], dtype=object),
+    lambda: np.array(["2020-01-01"], dtype="M8[D]"),
+    lambda: np.zeros(2, dtype=[("a", "i4"), ("b", "f8")]),
+    lambda: np.frombuffer(bytearray(33), dtype=np.float64, count=4, offset=1),
+], ids=["big-endian", "object", "datetime", "structured", "unaligned"])
+def test_an_ndarray_the_buffer_cannot_describe_gets_the_dlpack_answer(make):
+    # The buffer route is only a faster way to the same copy: where it
+    # cannot describe the array, the DLPack import answers, as it always did.
+    def outcome(fn):
+        try:
+            r = fn()
+        except Exception as exc:   # noqa: BLE001 - the outcome compared is the exception
+            return type(exc), str(exc)
+        return r.dtype, r.tolist()
+
+    assert outcome(lambda: dr.asarray(make(), copy=True)) == outcome(lambda: dr.from_dlpack(make(), copy=True))
+
+
+def test_an_ndarray_of_an_ml_dtypes_type_gets_the_dlpack_answer():
+    # NumPy's buffer export refuses ml_dtypes' types, and so does its __dlpack__.
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    n = np.arange(3, dtype=ml_dtypes.bfloat16)
+    with pytest.raises(BufferError) as ours:
+        dr.asarray(n, copy=True)
+    with pytest.raises(BufferError) as imported:
+        dr.from_dlpack(n, copy=True)
+    assert str(ours.value) == str(imported.value)
