@@ -1012,10 +1012,12 @@ cdef Array _empty_of(object shape, object dtype, object device):
         dev.device_id = 0
     else:
         dev = _parse_device(device)
-    code, bits, lanes = (_as_dtype(dtype) if dtype is not None else _as_dtype("float64")).__dlpack_data_type__()
-    dt.code = code
-    dt.bits = bits
-    dt.lanes = lanes
+    if dtype is None:
+        dt.code = kDLFloat
+        dt.bits = 64
+        dt.lanes = 1
+    else:
+        dt = _dldtype(dtype)
     return _empty(_shape_tuple(shape), dt, dev)
 
 
