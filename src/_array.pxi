@@ -348,6 +348,12 @@ cdef dict _dldtype_cache = {}
 cdef DLDataType _dldtype(object dtype) except *:
     """The DLDataType of anything as_dtype accepts (cached per hashable key)."""
     cdef DLDataType dt
+    if type(dtype) is _DType:
+        # Read as it is: hashing a DType for the cache runs its Python __hash__.
+        dt.code = <uint8_t>dtype.code
+        dt.bits = <uint8_t>dtype.bits
+        dt.lanes = <uint16_t>dtype.lanes
+        return dt
     try:
         triple = _dldtype_cache.get(dtype)
     except TypeError:

@@ -98,7 +98,8 @@ def asarray(obj, /, *, dtype=None, device=None, copy=None):
     dlpack_ref_check_copy_arg(copy)
     if has_want:
         want = _dldtype(dtype)
-    if copy is True and device is None and not has_want and type(obj) is _ndarray_type():
+    if copy is True and device is None and not has_want and not isinstance(obj, Array) \
+            and type(obj) is _ndarray_type():
         a = _ndarray_copy(obj)
         if a is not None:
             return a
@@ -146,13 +147,13 @@ cdef inline object _ndarray_type():
     """numpy.ndarray once NumPy is imported (never imported here), else None."""
     global _numpy_ndarray
     if _numpy_ndarray is None:
-        numpy = _sys_modules.get("numpy")
+        numpy = _sys_modules.get("numpy")   # a dict lookup in C
         if numpy is not None:
             _numpy_ndarray = getattr(numpy, "ndarray", None)
     return _numpy_ndarray
 
 
-cdef object _sys_modules = __import__("sys").modules
+cdef dict _sys_modules = __import__("sys").modules
 
 
 cdef Array _ndarray_copy(object obj):
