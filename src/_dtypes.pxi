@@ -3,9 +3,8 @@
 # both ways; the lookups are generated from python/dlpack_ref/_dtypes.py into
 # dlpack_ref_tables.h.
 
-from dlpack_ref._dtypes import (
-    DType as _DType, from_triple as _dtype_from_triple, as_dtype as _as_dtype, result_type as _result_type,
-)
+from dlpack_ref._dtypes import from_triple as _dtype_from_triple, as_dtype as _as_dtype, result_type as _result_type
+from dlpack_ref._dtypes import DType as _DType
 
 
 cdef inline bint _is_packed(DLDataType dt, uint64_t flags) noexcept nogil:
