@@ -348,6 +348,12 @@ cdef dict _dldtype_cache = {}
 cdef DLDataType _dldtype(object dtype) except *:
     """The DLDataType of anything as_dtype accepts (cached per hashable key)."""
     cdef DLDataType dt
+    if type(dtype) is _DType:
+        # Read as it is: hashing a DType for the cache runs its Python __hash__.
+        dt.code = <uint8_t>dtype.code
+        dt.bits = <uint8_t>dtype.bits
+        dt.lanes = <uint16_t>dtype.lanes
+        return dt
     try:
         triple = _dldtype_cache.get(dtype)
     except TypeError:
@@ -525,23 +531,6 @@ def _rows(Array a, int64_t n):
     cdef int64_t i
     for i in range(n):
         yield a[i]
-
-
-def _copied(obj):
-    """A C-contiguous host copy of a DLPack producer's host data (for
-    asarray(..., copy=True)); None when the data is not on the CPU."""
-    cdef DLDevice cpu
-    cpu.device_type = kDLCPU
-    cpu.device_id = 0
-    cdef Array a = obj if isinstance(obj, Array) else _import_plain(obj)
-    if a._device.device_type != kDLCPU:
-        return None
-    return _copy_to(a, cpu, None)
-
-
-def _astype(Array a, dtype):
-    """A C-contiguous copy of ``a`` converted to ``dtype`` on a's device."""
-    return _converted(a, _dldtype(dtype))
 
 
 def _from_bytes(const unsigned char[::1] data not None, dtype, int64_t count, bint padded=True):
@@ -1017,6 +1006,11 @@ cdef Array _basic_index(Array a, object key):
 def empty(shape, *, dtype=None, device=None):
     """An uninitialized C-contiguous Array (host memory 256-byte aligned).
     ``dtype`` defaults to float64, ``device`` to the CPU."""
+    return _empty_of(shape, dtype, device)
+
+
+cdef Array _empty_of(object shape, object dtype, object device):
+    """empty(shape, dtype=dtype, device=device), for the core's own callers."""
     cdef DLDevice dev
     cdef DLDataType dt
     if device is None:
@@ -1024,10 +1018,12 @@ def empty(shape, *, dtype=None, device=None):
         dev.device_id = 0
     else:
         dev = _parse_device(device)
-    code, bits, lanes = (_as_dtype(dtype) if dtype is not None else _as_dtype("float64")).__dlpack_data_type__()
-    dt.code = code
-    dt.bits = bits
-    dt.lanes = lanes
+    if dtype is None:
+        dt.code = kDLFloat
+        dt.bits = 64
+        dt.lanes = 1
+    else:
+        dt = _dldtype(dtype)
     return _empty(_shape_tuple(shape), dt, dev)
 
 
@@ -1042,12 +1038,3 @@ cdef tuple _shape_tuple(object shape):
         if isinstance(s, bool) or not isinstance(s, int):
             raise TypeError(f"shape entries must be ints, got {s!r} in {shape!r}")
     return t
-
-
-def _fill_zero(Array a):
-    """Set every byte of a freshly allocated C-contiguous Array to zero."""
-    cdef size_t n = <size_t>_nbytes_of(a)
-    if a._device.device_type == kDLCPU:
-        memset(a._data, 0, n)
-    else:
-        _cuda().memset(<uintptr_t>a._data, a._device.device_type, a._device.device_id, _work_of(a), 0, n)

@@ -40,6 +40,8 @@ include "_array.pxi"
 include "_export.pxi"
 # Import: capsule intake, from_dlpack, inspect, buffer import.
 include "_import.pxi"
+# Creation: asarray's dispatch over every kind of input, and zeros.
+include "_creation.pxi"
 # The DLPack 1.3 C exchange API: our table, and other types' tables looked up once.
 include "_exchange_api.pxi"
 

@@ -4,6 +4,7 @@
 # dlpack_ref_tables.h.
 
 from dlpack_ref._dtypes import from_triple as _dtype_from_triple, as_dtype as _as_dtype, result_type as _result_type
+from dlpack_ref._dtypes import DType as _DType
 
 
 cdef inline bint _is_packed(DLDataType dt, uint64_t flags) noexcept nogil:
@@ -19,16 +20,29 @@ cdef inline const char* _buffer_format(DLDataType dt) noexcept nogil:
 cdef DLDataType _dtype_of_format(const char* fmt, Py_ssize_t itemsize) except *:
     """The DLDataType of a buffer's format and item size (native byte order only)."""
     cdef DLDataType dt
+    cdef uint32_t key
+    if fmt != NULL and fmt[0] != 0 and fmt[0] != b"@" and fmt[0] != b"=" and fmt[0] != b"<" and fmt[0] != b">" \
+            and fmt[0] != b"!":
+        # A format with no byte-order prefix (NumPy's for every native
+        # array) is looked up as it is: no Python string is made.
+        key = dlpack_ref_dtype_of_format(fmt, itemsize)
+        if key != 0:
+            return _dldatatype_of_key(key)
     raw = (<bytes>fmt).decode("ascii", "replace") if fmt != NULL else "B"
     s = raw
     if s[:1] in ("@", "=", "<", ">", "!"):
         if s[0] in (">", "!") and _BYTEORDER == "little" or s[0] == "<" and _BYTEORDER == "big":
             raise BufferError(f"buffer format {raw!r} is not in native byte order, which DLPack cannot describe")
         s = s[1:]
-    cdef uint32_t key = dlpack_ref_dtype_of_format(s.encode("ascii", "replace"), itemsize)
+    key = dlpack_ref_dtype_of_format(s.encode("ascii", "replace"), itemsize)
     if key == 0:
         raise BufferError(
             f"buffer format {raw!r} with item size {itemsize} has no DLPack data type")
+    return _dldatatype_of_key(key)
+
+
+cdef inline DLDataType _dldatatype_of_key(uint32_t key) noexcept:
+    cdef DLDataType dt
     dt.code = <uint8_t>(key >> 24)
     dt.bits = <uint8_t>((key >> 16) & 0xFF)
     dt.lanes = <uint16_t>(key & 0xFFFF)

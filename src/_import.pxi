@@ -332,6 +332,13 @@ def from_dlpack(x, /, *, device=None, copy=None):
     """
     if device is None and copy is None and _stream_contexts == 0:
         return _import_plain(x)
+    return _from_dlpack(x, device, copy)
+
+
+cdef Array _from_dlpack(object x, object device, object copy):
+    """from_dlpack(x, device=device, copy=copy), for the core's own callers."""
+    if device is None and copy is None and _stream_contexts == 0:
+        return _import_plain(x)
     dlpack_ref_check_copy_arg(copy)
     cdef DLDevice target
     cdef DLDevice source
@@ -445,22 +452,48 @@ cdef extern from "Python.h":
     int PyObject_CheckBuffer(object obj)
 
 
-def _has_buffer(obj):
+cdef inline bint _has_buffer(object obj) noexcept:
     """Whether obj's type exports the buffer protocol (nothing is asked of it)."""
     return PyObject_CheckBuffer(obj) == 1
 
 
-def _from_buffer(obj):
+cdef Array _from_buffer(object obj):
     """A zero-copy Array over obj's buffer (CPU); the result keeps the buffer.
 
     The exporter's Py_buffer is checked like a capsule's DLTensor before
     any of it is used (docs/guarantees.md: buffer import); a refused buffer
     is released exactly once."""
     cdef _BufferOwner owner = _BufferOwner.__new__(_BufferOwner)
-    if _get_buffer(obj, &owner.view, PyBUF_RECORDS_RO) != 0:
-        raise BufferError(f"the buffer exporter of {type(obj).__name__} failed with no exception set")
+    _acquire_buffer(obj, &owner.view)
     owner.acquired = True
-    cdef Py_buffer* view = &owner.view
+    cdef Array a = _described_buffer(&owner.view, obj)
+    a._base = owner
+    return a
+
+
+cdef Array _buffer_copy(object obj):
+    """A C-contiguous host copy of obj's buffer, which is held only while
+    it is read (no owner object is made): asarray(buffer, copy=True)."""
+    cdef DLDevice cpu
+    cpu.device_type = kDLCPU
+    cpu.device_id = 0
+    cdef Py_buffer view
+    _acquire_buffer(obj, &view)
+    try:
+        return _copy_to(_described_buffer(&view, obj), cpu, None)
+    finally:
+        PyBuffer_Release(&view)
+
+
+cdef int _acquire_buffer(object obj, Py_buffer* view) except -1:
+    if _get_buffer(obj, view, PyBUF_RECORDS_RO) != 0:
+        raise BufferError(f"the buffer exporter of {type(obj).__name__} failed with no exception set")
+    return 0
+
+
+cdef Array _described_buffer(Py_buffer* view, object obj):
+    """An Array describing an acquired buffer (no owner: the caller keeps
+    the buffer for as long as the Array is used), after every check."""
     cdef int32_t nd = view.ndim
     cdef int i
     if nd < 0 or nd > DLPACK_REF_MAX_NDIM:
@@ -493,7 +526,6 @@ def _from_buffer(obj):
     a._device.device_type = kDLCPU
     a._device.device_id = 0
     a._flags = DLPACK_FLAG_BITMASK_READ_ONLY if view.readonly else 0
-    a._base = owner
     # The rules every DLTensor meets (extents, strides, byte span, NULL data
     # only when empty), on the Array's description of the buffer.
     cdef DLTensor described

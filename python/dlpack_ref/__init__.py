@@ -16,15 +16,16 @@ from ._dlpack_ref import (
     MAX_NDIM,
     Array,
     CopyForbiddenError,
+    asarray,
     can_access,
     empty,
     exchange_api_version,
     from_dlpack,
     inspect,
+    zeros,
 )
 from ._devices import C_ENUMERATORS, Device, DeviceType, as_device
 from ._dtypes import DTYPES, DType, DTypeCode, as_dtype
-from ._creation import asarray, zeros
 
 
 try:

@@ -12,19 +12,19 @@ from ._dlpack_ref import (
     MAX_NDIM as MAX_NDIM,
     Array as Array,
     CopyForbiddenError as CopyForbiddenError,
+    asarray as asarray,
     can_access as can_access,
     empty as empty,
     exchange_api_version as exchange_api_version,
     from_dlpack as from_dlpack,
     inspect as inspect,
+    zeros as zeros,
 )
 from ._dtypes import DTYPES as DTYPES, DType as DType, DTypeCode as DTypeCode, as_dtype as as_dtype
 
 __version__: Final[str]
 
 def get_include() -> str: ...
-def asarray(obj: Any, /, *, dtype: Any = None, device: Any = None, copy: Any = None) -> Array: ...
-def zeros(shape: int | tuple[int, ...] | list[int], *, dtype: Any = None, device: Any = None) -> Array: ...
 
 bool: Final[DType]
 int8: Final[DType]
