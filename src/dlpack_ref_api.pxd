@@ -158,3 +158,9 @@ cdef extern from "dlpack_ref.h":
     object dlpack_ref_producer_dlpack(const dlpack_ref_producer* p, object args, object kwargs)
     PyObject* dlpack_ref_device_enum() except NULL
     object dlpack_ref_dlpack_device(DLDevice device)
+
+    # the consumer protocol: from_dlpack(x, device=device, copy=copy) up to
+    # the taken, checked tensor; *must_copy says whether the caller copies it
+    # onto *target (stream: the consumer's stream, or None)
+    int dlpack_ref_consumer_take(object x, object device, object copy, object stream, DLPackRefTensor* out,
+                                 DLDevice* target, int* must_copy) except -1

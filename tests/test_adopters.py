@@ -5,8 +5,11 @@ zero-copy both ways with NumPy (and PyTorch, JAX when installed), and gets
 dlpack_ref's own pass set from the conformance checker (through the factory
 hook, adapters.HOOK).
 
-Today: the plain C adopter and its C++17 twin. The Cython adopter and the
-exchange table builder are not written yet (docs/vendoring.md, "Status")."""
+The three adopters: plain C (c_adopter.c), idiomatic C++17 (cpp_adopter.cpp)
+and Cython (cython_adopter.pyx, which vendors dlpack.pxd and
+dlpack_ref_api.pxd too). Built with the sanitizer lane's flags when it runs
+(support.build_ext.sanitizer_flags), and free-threading-ready: the 3.13t
+lane runs them with the GIL off."""
 
 from __future__ import annotations
 
@@ -20,29 +23,38 @@ from pathlib import Path
 import pytest
 
 import dlpack_ref
-from support.build_ext import compile_c_extension
+from support.build_ext import compile_c_extension, compile_cython_extension
 
 HERE = Path(__file__).resolve().parent / "adopters"
 VENDORED = ("dlpack.h", "dlpack_ref.h", "dlpack_ref_tables.h")
+# A Cython adopter vendors the declarations of the two headers too.
+VENDORED_CYTHON = ("dlpack.pxd", "dlpack_ref_api.pxd")
 # Rules dlpack_ref passes that an adopter cannot pass until the header has
 # its exchange-table builder (issue 18, item 1, last point).
 AWAITING_TABLE_BUILDER = {"producer.exchange_api", "producer.exchange_api_matches_dlpack"}
 
 
-ADOPTERS = [("c_adopter", "c_adopter.c", False), ("cpp_adopter", "cpp_adopter.cpp", True)]
+ADOPTERS = [("c_adopter", "c_adopter.c"), ("cpp_adopter", "cpp_adopter.cpp"), ("cython_adopter", "cython_adopter.pyx")]
 
 
 @pytest.fixture(scope="module", params=ADOPTERS, ids=[a[0] for a in ADOPTERS])
 def adopter(request, tmp_path_factory) -> tuple[str, Path]:
     """(module name, the folder holding the built adopter module, its hook
     and nothing of dlpack-ref but the three vendored headers)."""
-    name, source, cxx = request.param
+    name, source = request.param
     folder = tmp_path_factory.mktemp(name)
     vendor = folder / "vendor"
     vendor.mkdir()
-    for header in VENDORED:
-        shutil.copy(Path(dlpack_ref.get_include(), header), vendor / header)
-    compile_c_extension(HERE / source, folder, c_include=[vendor], cxx=cxx)
+    cython = source.endswith(".pyx")
+    for file in VENDORED + (VENDORED_CYTHON if cython else ()):
+        shutil.copy(Path(dlpack_ref.get_include(), file), vendor / file)
+    if cython:
+        # Translated from a copy in `folder`, so that nothing next to the
+        # source (tests/, dlpack-ref's tree) is on Cython's include path.
+        shutil.copy(HERE / source, folder / source)
+        compile_cython_extension(folder / source, folder, cython_include=[vendor], c_include=[vendor])
+    else:
+        compile_c_extension(HERE / source, folder, c_include=[vendor], cxx=source.endswith(".cpp"))
     shutil.copy(HERE / "adopter_hook.py", folder / "adopter_hook.py")
     (folder / f"{name}_check.py").write_text(
         f"import adopter_hook, {name}\n\n"

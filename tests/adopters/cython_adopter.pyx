@@ -1,0 +1,190 @@
+# cython: language_level=3, freethreading_compatible=True
+# A minimal array library in Cython that adopts DLPack by vendoring
+# dlpack.pxd, dlpack_ref_api.pxd and the three headers (dlpack.h,
+# dlpack_ref.h, dlpack_ref_tables.h): its own memory, its own type, and glue
+# that forwards __dlpack__, __dlpack_device__ and from_dlpack to the header.
+# Built by tests/test_adopters.py with only the vendored folder on the Cython
+# and C include paths; dlpack-ref is not imported at build or run time.
+# Same Python API as c_adopter.c (make, from_dlpack, Tensor with data_ptr,
+# readonly, meta), so tests/adopters/adopter_hook.py serves it too.
+
+from libc.stdint cimport int64_t, uint64_t, uint8_t, uint16_t, uintptr_t
+from libc.stdlib cimport malloc, free
+from libc.string cimport memcpy, memcmp
+from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
+from cpython.object cimport PyObject
+from cpython.ref cimport Py_INCREF
+from dlpack cimport *
+from dlpack_ref_api cimport *
+
+
+# --- the array type: memory of its own, or a tensor held zero-copy -----------
+
+cdef class Tensor:
+    cdef DLTensor t
+    cdef int64_t shape[DLPACK_REF_MAX_NDIM]
+    cdef int64_t strides[DLPACK_REF_MAX_NDIM]
+    cdef uint64_t flags             # READ_ONLY, IS_SUBBYTE_TYPE_PADDED
+    cdef void* own                  # malloc'd memory, or NULL
+    cdef DLPackRefTensor imported   # a taken tensor held zero-copy, or empty
+    cdef public object meta         # anything the user attaches
+
+    def __cinit__(self):
+        self.t.shape = self.shape
+        self.t.strides = self.strides
+
+    def __dealloc__(self):
+        dlpack_ref_release(&self.imported)
+        free(self.own)
+
+    cdef void hold(self, DLPackRefTensor* taken) noexcept:
+        """Keep `taken` (zero-copy) as this tensor's memory."""
+        cdef const DLTensor* src = taken.dl_tensor
+        self.imported = taken[0]
+        self.t = src[0]
+        self.t.shape = self.shape
+        self.t.strides = self.strides
+        memcpy(self.shape, src.shape, <size_t>src.ndim * sizeof(int64_t))
+        if src.strides != NULL:
+            memcpy(self.strides, src.strides, <size_t>src.ndim * sizeof(int64_t))
+        else:
+            row_major(self.strides, self.shape, src.ndim)
+        self.flags = taken.flags & (DLPACK_FLAG_BITMASK_READ_ONLY | DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED)
+
+    @property
+    def data_ptr(self):
+        return <uintptr_t>self.t.data + <uintptr_t>self.t.byte_offset
+
+    @property
+    def readonly(self):
+        return (self.flags & DLPACK_FLAG_BITMASK_READ_ONLY) != 0
+
+    # --- glue: the producer protocol ----------------------------------------
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        cdef dlpack_ref_producer p
+        p.tensor = self.t
+        p.owner = <PyObject*>self
+        p.read_only = (self.flags & DLPACK_FLAG_BITMASK_READ_ONLY) != 0
+        p.flags = self.flags
+        p.ctx = <void*>self
+        p.copy = copy_cb
+        p.order = NULL              # CPU memory: nothing is ever pending
+        return dlpack_ref_producer_export(&p, stream, max_version, dl_device, copy)
+
+    def __dlpack_device__(self):
+        return dlpack_ref_dlpack_device(self.t.device)
+    # --- end of glue --------------------------------------------------------
+
+
+cdef void row_major(int64_t* strides, const int64_t* shape, int ndim) noexcept:
+    cdef int64_t k = 1
+    cdef int d
+    for d in range(ndim - 1, -1, -1):
+        strides[d] = k
+        k *= shape[d] if shape[d] > 0 else 1
+
+
+cdef Tensor copy_to_host(const DLTensor* src, uint64_t flags):
+    """A row-major copy of `src` in new memory of ours, on the CPU."""
+    cdef int64_t bits = dlpack_ref_storage_bits(src.dtype, flags)
+    cdef int64_t count = dlpack_ref_element_count(src.shape, src.ndim)
+    cdef int64_t n = dlpack_ref_nbytes(count, bits), i, rest, off
+    cdef const char* base = <const char*>src.data + src.byte_offset
+    cdef int d
+    if not dlpack_ref_device_host_accessible(<int>src.device.device_type):
+        raise BufferError("cython_adopter copies host-accessible memory only")
+    cdef Tensor c = Tensor.__new__(Tensor)
+    c.t.ndim = src.ndim
+    c.t.dtype = src.dtype
+    c.t.device.device_type = kDLCPU
+    c.flags = flags & DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED
+    memcpy(c.shape, src.shape, <size_t>src.ndim * sizeof(int64_t))
+    row_major(c.strides, c.shape, src.ndim)
+    c.own = c.t.data = malloc(<size_t>(n if n else 1))
+    if c.own == NULL:
+        raise MemoryError()
+    if src.strides == NULL or memcmp(src.strides, c.strides, <size_t>src.ndim * sizeof(int64_t)) == 0:
+        memcpy(c.own, base, <size_t>n)
+        return c
+    if bits % 8:
+        raise BufferError("strided sub-byte copy")
+    for i in range(count):          # element by element
+        rest, off = i, 0
+        for d in range(src.ndim - 1, -1, -1):
+            off += (rest % src.shape[d]) * src.strides[d]
+            rest //= src.shape[d]
+        memcpy(<char*>c.own + i * (bits // 8), base + off * (bits // 8), <size_t>(bits // 8))
+    return c
+
+
+def make(int code, int bits, int lanes, tuple shape, data, unsigned long long flags=0):
+    """make(code, bits, lanes, shape, data: bytes, flags=0): a row-major
+    tensor of ours holding `data`."""
+    cdef DLTensor desc
+    cdef int64_t dims[DLPACK_REF_MAX_NDIM]
+    cdef Py_buffer view
+    cdef int d
+    desc.ndim = len(shape)
+    desc.dtype.code = <uint8_t>code
+    desc.dtype.bits = <uint8_t>bits
+    desc.dtype.lanes = <uint16_t>lanes
+    desc.device.device_type = kDLCPU
+    desc.device.device_id = 0
+    desc.shape = dims
+    desc.strides = NULL
+    desc.byte_offset = 0
+    for d in range(min(desc.ndim, DLPACK_REF_MAX_NDIM)):
+        dims[d] = shape[d]
+    PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+    try:
+        desc.data = view.buf
+        dlpack_check_tensor(&desc, flags, 1)
+        if dlpack_ref_nbytes(dlpack_ref_element_count(dims, desc.ndim), dlpack_ref_storage_bits(desc.dtype, flags)) != view.len:
+            raise ValueError("data has the wrong size for the shape and dtype")
+        r = copy_to_host(&desc, flags)
+    finally:
+        PyBuffer_Release(&view)
+    r.flags |= flags & DLPACK_FLAG_BITMASK_READ_ONLY
+    return r
+
+
+# --- glue: the copy callback and the consumer protocol -----------------------
+
+CopyForbiddenError = <object>dlpack_ref_copy_forbidden_error()
+
+
+cdef int copy_cb(void* ctx, const DLTensor* src, DLDevice target, PyObject* stream, int64_t stream_value,
+                 DLTensor* out, PyObject** owner) except -1:
+    if target.device_type != kDLCPU:
+        raise BufferError(f"cython_adopter cannot copy to device ({target.device_type}, {target.device_id}); "
+                          "it has CPU memory only")
+    cdef Tensor c = copy_to_host(src, (<Tensor>ctx).flags)
+    out[0] = c.t
+    Py_INCREF(c)
+    owner[0] = <PyObject*>c
+    return 0
+
+
+def from_dlpack(x, /, *, device=None, copy=None):
+    """from_dlpack(x, /, *, device=None, copy=None): the header decides, we copy."""
+    cdef DLPackRefTensor t
+    cdef DLDevice target
+    cdef int must_copy
+    cdef Tensor r
+    dlpack_ref_consumer_take(x, device, copy, None, &t, &target, &must_copy)
+    if not must_copy and dlpack_ref_device_host_accessible(<int>t.dl_tensor.device.device_type):
+        try:
+            r = Tensor.__new__(Tensor)
+        except BaseException:
+            dlpack_ref_release(&t)
+            raise
+        r.hold(&t)                  # zero-copy: released when r goes
+        return r
+    try:
+        if not must_copy:
+            raise BufferError("cython_adopter holds host-accessible memory only")
+        if target.device_type != kDLCPU:
+            raise BufferError(f"cython_adopter cannot copy to device ({target.device_type}, {target.device_id})")
+        return copy_to_host(t.dl_tensor, t.flags)
+    finally:
+        dlpack_ref_release(&t)
