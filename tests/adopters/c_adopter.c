@@ -8,16 +8,7 @@
 #include <stdlib.h>
 #include "dlpack_ref.h"
 
-/* The module's name; cpp_adopter.cpp compiles this same file as C++17
- * under another name, so one source proves both languages. */
-#ifndef ADOPTER_NAME
-#define ADOPTER_NAME c_adopter
-#endif
-#define ADOPTER_STR_(x) #x
-#define ADOPTER_STR(x) ADOPTER_STR_(x)
-#define ADOPTER ADOPTER_STR(ADOPTER_NAME)
-#define ADOPTER_INIT_(x) PyInit_##x
-#define ADOPTER_INIT(x) ADOPTER_INIT_(x)
+#define ADOPTER "c_adopter"   /* the module name, in messages */
 
 typedef struct {
     PyObject_HEAD
@@ -143,8 +134,7 @@ static int tensor_set_meta(Tensor* self, PyObject* v, void* unused) {
 
 /* from_dlpack(x, /, *, device=None, copy=None): the header decides, we copy. */
 static PyObject* from_dlpack(PyObject* mod, PyObject* args, PyObject* kwargs) {
-    /* The keyword table is char*[]; the casts let C++ compile it too. */
-    static char* names[] = {(char*)"", (char*)"device", (char*)"copy", NULL};
+    static char* names[] = {"", "device", "copy", NULL};
     PyObject *x, *device = Py_None, *copy = Py_None;
     DLPackRefTensor t;
     DLDevice target;
@@ -231,7 +221,7 @@ static PyMethodDef module_methods[] = {
 static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, ADOPTER, NULL, -1, module_methods,
                                         NULL, NULL, NULL, NULL};
 
-PyMODINIT_FUNC ADOPTER_INIT(ADOPTER_NAME)(void) {
+PyMODINIT_FUNC PyInit_c_adopter(void) {
     PyObject* m;
     TensorType.tp_name = ADOPTER ".Tensor";
     TensorType.tp_basicsize = sizeof(Tensor);

@@ -1,5 +1,346 @@
-/* The C adopter compiled as C++17 (tests/test_adopters.py builds it with
- * -Werror): the vendored header and a C-style adopter hold in C++
- * translation units too. One source serves both, so the two cannot drift. */
-#define ADOPTER_NAME cpp_adopter
-#include "c_adopter.c"
+/* A minimal array library in idiomatic C++17 that adopts DLPack by vendoring
+ * dlpack.h, dlpack_ref.h and dlpack_ref_tables.h: a value type that owns its
+ * memory (std::vector) or holds a taken tensor (an RAII guard that runs its
+ * deleter exactly once), C++ exceptions inside, turned into Python errors at
+ * the one boundary, and glue that forwards __dlpack__, __dlpack_device__ and
+ * from_dlpack to the header. A plain CPython extension (no pybind11 or
+ * nanobind), built by tests/test_adopters.py with g++ -std=c++17 -Werror and
+ * only the vendored files on the include path; dlpack-ref is not imported.
+ * Same Python API as c_adopter.c, so adopter_hook.py serves it too. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <memory>
+#include <new>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "dlpack_ref.h"
+
+namespace {
+
+/* --- the Python boundary: RAII references and one error translation ------- */
+
+/* Thrown once a Python exception is set; caught at the boundary. */
+struct PyErrorSet {};
+
+[[noreturn]] void raise(PyObject* type, const std::string& message) {
+    PyErr_SetString(type, message.c_str());
+    throw PyErrorSet{};
+}
+
+/* A C call's failure (-1 with a Python error set) as a C++ exception. */
+template <class T> T checked(T result) {
+    if (result == T(-1) && PyErr_Occurred()) throw PyErrorSet{};
+    return result;
+}
+
+/* An owned reference, released when it goes out of scope. */
+class Ref {
+public:
+    explicit Ref(PyObject* p = nullptr) noexcept : p_(p) {}
+    Ref(Ref&& other) noexcept : p_(other.release()) {}
+    Ref& operator=(Ref&& other) noexcept {
+        PyObject* old = std::exchange(p_, other.release());
+        Py_XDECREF(old);   /* last: it may run code that reads this Ref */
+        return *this;
+    }
+    Ref(const Ref&) = delete;
+    Ref& operator=(const Ref&) = delete;
+    ~Ref() { Py_XDECREF(p_); }
+    PyObject* get() const noexcept { return p_; }
+    PyObject* release() noexcept { return std::exchange(p_, nullptr); }
+private:
+    PyObject* p_;
+};
+
+/* Run `body`; a C++ exception becomes a Python one and `failure` the result,
+ * so nothing throws into CPython or into the header's C. */
+template <class R, class F> R guarded(R failure, F&& body) noexcept {
+    try {
+        return body();
+    } catch (const PyErrorSet&) {
+    } catch (const std::bad_alloc&) {
+        PyErr_NoMemory();
+    } catch (const std::exception& e) {
+        PyErr_SetString(PyExc_RuntimeError, e.what());
+    }
+    return failure;
+}
+
+/* A taken DLPack tensor: its deleter runs exactly once, when the guard goes. */
+class Taken {
+public:
+    Taken() noexcept = default;
+    Taken(Taken&& other) noexcept : t_(std::exchange(other.t_, DLPackRefTensor{})) {}
+    Taken& operator=(Taken&& other) noexcept {
+        dlpack_ref_release(&t_);
+        t_ = std::exchange(other.t_, DLPackRefTensor{});
+        return *this;
+    }
+    Taken(const Taken&) = delete;
+    Taken& operator=(const Taken&) = delete;
+    ~Taken() { dlpack_ref_release(&t_); }
+    DLPackRefTensor* out() noexcept { return &t_; }
+    const DLTensor& tensor() const noexcept { return *t_.dl_tensor; }
+    uint64_t flags() const noexcept { return t_.flags; }
+private:
+    DLPackRefTensor t_{};
+};
+
+/* --- the array type ------------------------------------------------------ */
+
+std::vector<int64_t> row_major(const std::vector<int64_t>& shape) {
+    std::vector<int64_t> strides(shape.size());
+    int64_t k = 1;
+    for (size_t d = shape.size(); d-- > 0;) {
+        strides[d] = k;
+        k *= shape[d] > 0 ? shape[d] : 1;
+    }
+    return strides;
+}
+
+/* A CPU array: row-major memory of its own, or a zero-copy view of a taken
+ * tensor (host-accessible memory only). */
+class Array {
+public:
+    /* A row-major copy of `src` in new memory of ours. */
+    static Array copy_of(const DLTensor& src, uint64_t flags) {
+        if (!dlpack_ref_device_host_accessible(static_cast<int32_t>(src.device.device_type)))
+            raise(PyExc_BufferError, "cpp_adopter copies host-accessible memory only");
+        Array a(src, flags & DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED);
+        a.device_ = {kDLCPU, 0};
+        a.strides_ = row_major(a.shape_);
+        const int64_t bits = dlpack_ref_storage_bits(src.dtype, flags);
+        const int64_t count = dlpack_ref_element_count(src.shape, src.ndim);
+        const auto nbytes = static_cast<size_t>(dlpack_ref_nbytes(count, bits));
+        a.memory_.resize(std::max<size_t>(nbytes, 1));   /* never a NULL data pointer */
+        a.data_ = a.memory_.data();
+        const auto* base = static_cast<const std::byte*>(src.data) + src.byte_offset;
+        if (src.strides == nullptr || std::equal(a.strides_.begin(), a.strides_.end(), src.strides)) {
+            std::copy_n(base, nbytes, a.memory_.begin());
+            return a;
+        }
+        if (bits % 8) raise(PyExc_BufferError, "strided sub-byte copy");
+        const auto item = static_cast<size_t>(bits / 8);
+        for (int64_t i = 0; i < count; ++i) {   /* element by element */
+            int64_t rest = i, offset = 0;
+            for (int32_t d = src.ndim - 1; d >= 0; --d) {
+                offset += (rest % src.shape[d]) * src.strides[d];
+                rest /= src.shape[d];
+            }
+            std::copy_n(base + offset * static_cast<int64_t>(item), item, a.memory_.begin() + i * static_cast<int64_t>(item));
+        }
+        return a;
+    }
+
+    /* The memory of `taken` itself, held until this array goes. */
+    static Array view_of(Taken taken) {
+        const DLTensor& t = taken.tensor();
+        Array a(t, taken.flags() & (DLPACK_FLAG_BITMASK_READ_ONLY | DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED));
+        a.strides_ = t.strides ? std::vector<int64_t>(t.strides, t.strides + t.ndim) : row_major(a.shape_);
+        a.data_ = static_cast<std::byte*>(t.data) + t.byte_offset;
+        a.device_ = t.device;   /* host-accessible memory keeps its true device */
+        a.imported_ = std::move(taken);
+        return a;
+    }
+
+    /* The DLPack description of this array (valid while it lives). */
+    DLTensor dltensor() const noexcept {
+        DLTensor t{};
+        t.data = data_;
+        t.device = device_;
+        t.ndim = static_cast<int32_t>(shape_.size());
+        t.dtype = dtype_;
+        /* A 0-d array's pointers must be valid too; an empty vector's need not be. */
+        t.shape = shape_.empty() ? &no_extent_ : const_cast<int64_t*>(shape_.data());
+        t.strides = strides_.empty() ? &no_extent_ : const_cast<int64_t*>(strides_.data());
+        return t;
+    }
+    void* data() const noexcept { return data_; }
+    uint64_t flags() const noexcept { return flags_; }
+    bool read_only() const noexcept { return (flags_ & DLPACK_FLAG_BITMASK_READ_ONLY) != 0; }
+    void set_read_only() noexcept { flags_ |= DLPACK_FLAG_BITMASK_READ_ONLY; }
+
+private:
+    Array(const DLTensor& like, uint64_t flags)
+        : dtype_(like.dtype), shape_(like.shape, like.shape + like.ndim), flags_(flags) {}
+    DLDataType dtype_;
+    DLDevice device_{};
+    std::vector<int64_t> shape_, strides_;
+    uint64_t flags_;
+    std::vector<std::byte> memory_;   /* our own memory, or empty */
+    Taken imported_;                  /* a taken tensor held zero-copy, or empty */
+    std::byte* data_ = nullptr;
+    static inline int64_t no_extent_ = 0;
+};
+
+/* The Python object: an Array and a free `meta` slot, constructed in place. */
+struct Tensor {
+    PyObject_HEAD
+    Array array;
+    Ref meta;
+};
+
+PyTypeObject* tensor_type = nullptr;
+
+Tensor* as_tensor(void* self) noexcept { return static_cast<Tensor*>(self); }
+
+PyObject* wrap(Array&& array) {
+    auto* self = PyObject_New(Tensor, tensor_type);
+    if (self == nullptr) throw PyErrorSet{};
+    new (&self->array) Array(std::move(array));
+    new (&self->meta) Ref();
+    return reinterpret_cast<PyObject*>(self);
+}
+
+void tensor_dealloc(PyObject* self) {
+    PyTypeObject* type = Py_TYPE(self);
+    as_tensor(self)->array.~Array();
+    as_tensor(self)->meta.~Ref();
+    PyObject_Free(self);
+    Py_DECREF(type);   /* a heap type: each instance holds a reference */
+}
+
+/* make(code, bits, lanes, shape, data: bytes, flags=0): a row-major tensor of ours holding `data`. */
+PyObject* make(PyObject*, PyObject* args) {
+    int code, bits, lanes;
+    unsigned long long flags = 0;
+    PyObject* shape;
+    Py_buffer data;
+    if (!PyArg_ParseTuple(args, "iiiO!y*|K", &code, &bits, &lanes, &PyTuple_Type, &shape, &data, &flags))
+        return nullptr;
+    std::unique_ptr<Py_buffer, void (*)(Py_buffer*)> release_data(&data, PyBuffer_Release);
+    return guarded<PyObject*>(nullptr, [&] {
+        std::vector<int64_t> dims;
+        for (Py_ssize_t d = 0; d < PyTuple_GET_SIZE(shape); ++d)
+            dims.push_back(checked(PyLong_AsLongLong(PyTuple_GET_ITEM(shape, d))));
+        DLTensor desc{};
+        desc.data = data.buf;
+        desc.device = {kDLCPU, 0};
+        desc.ndim = static_cast<int32_t>(dims.size());
+        desc.dtype = {static_cast<uint8_t>(code), static_cast<uint8_t>(bits), static_cast<uint16_t>(lanes)};
+        desc.shape = dims.data();
+        checked(dlpack_check_tensor(&desc, flags, 1));
+        if (dlpack_ref_nbytes(dlpack_ref_element_count(desc.shape, desc.ndim), dlpack_ref_storage_bits(desc.dtype, flags))
+                != static_cast<int64_t>(data.len))
+            raise(PyExc_ValueError, "data has the wrong size for the shape and dtype");
+        Array a = Array::copy_of(desc, flags);
+        if (flags & DLPACK_FLAG_BITMASK_READ_ONLY) a.set_read_only();
+        return wrap(std::move(a));
+    });
+}
+
+PyObject* tensor_data_ptr(PyObject* self, void*) { return PyLong_FromVoidPtr(as_tensor(self)->array.data()); }
+PyObject* tensor_readonly(PyObject* self, void*) { return PyBool_FromLong(as_tensor(self)->array.read_only()); }
+PyObject* tensor_get_meta(PyObject* self, void*) {
+    PyObject* meta = as_tensor(self)->meta.get();
+    return Py_NewRef(meta ? meta : Py_None);
+}
+int tensor_set_meta(PyObject* self, PyObject* value, void*) {
+    as_tensor(self)->meta = Ref(Py_XNewRef(value));
+    return 0;
+}
+
+/* --- glue: the producer protocol ------------------------------------------ */
+
+std::string device_text(DLDevice d) {
+    return "(" + std::to_string(d.device_type) + ", " + std::to_string(d.device_id) + ")";
+}
+
+/* The copy callback: a new array of ours, which owns the copy's memory. */
+int copy_cb(void* ctx, const DLTensor* src, DLDevice target, PyObject*, int64_t, DLTensor* out, PyObject** owner) {
+    return guarded(-1, [&] {
+        if (target.device_type != kDLCPU)
+            raise(PyExc_BufferError, "cpp_adopter cannot copy to device " + device_text(target) + "; it has CPU memory only");
+        Ref copy(wrap(Array::copy_of(*src, as_tensor(ctx)->array.flags())));
+        *out = as_tensor(copy.get())->array.dltensor();
+        *owner = copy.release();
+        return 0;
+    });
+}
+
+PyObject* tensor_dlpack(PyObject* self, PyObject* args, PyObject* kwargs) {
+    const Array& a = as_tensor(self)->array;
+    const dlpack_ref_producer p{a.dltensor(), self, a.read_only(), a.flags(), self, copy_cb,
+                                nullptr /* CPU memory: nothing is ever pending */};
+    return dlpack_ref_producer_dlpack(&p, args, kwargs);
+}
+
+PyObject* tensor_dlpack_device(PyObject* self, PyObject*) {
+    return dlpack_ref_dlpack_device(as_tensor(self)->array.dltensor().device);
+}
+
+/* --- glue: the consumer protocol ------------------------------------------ */
+
+/* from_dlpack(x, /, *, device=None, copy=None): the header decides, we copy. */
+PyObject* from_dlpack(PyObject*, PyObject* args, PyObject* kwargs) {
+    static const char* names[] = {"", "device", "copy", nullptr};
+    PyObject *x, *device = Py_None, *copy = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|$OO", const_cast<char**>(names), &x, &device, &copy))
+        return nullptr;
+    return guarded<PyObject*>(nullptr, [&] {
+        Taken taken;
+        DLDevice target;
+        int must_copy;
+        checked(dlpack_ref_consumer_take(x, device, copy, Py_None, taken.out(), &target, &must_copy));
+        if (!must_copy) {
+            if (!dlpack_ref_device_host_accessible(static_cast<int32_t>(taken.tensor().device.device_type)))
+                raise(PyExc_BufferError, "cpp_adopter holds host-accessible memory only");
+            return wrap(Array::view_of(std::move(taken)));
+        }
+        if (target.device_type != kDLCPU) raise(PyExc_BufferError, "cpp_adopter cannot copy to device " + device_text(target));
+        return wrap(Array::copy_of(taken.tensor(), taken.flags()));
+    });
+}
+
+/* --- the module ------------------------------------------------------------ */
+
+PyMethodDef tensor_methods[] = {
+    {"__dlpack__", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(tensor_dlpack)),
+     METH_VARARGS | METH_KEYWORDS, nullptr},
+    {"__dlpack_device__", tensor_dlpack_device, METH_NOARGS, nullptr},
+    {nullptr, nullptr, 0, nullptr}};
+
+PyGetSetDef tensor_getset[] = {
+    {"data_ptr", tensor_data_ptr, nullptr, nullptr, nullptr},
+    {"readonly", tensor_readonly, nullptr, nullptr, nullptr},
+    {"meta", tensor_get_meta, tensor_set_meta, nullptr, nullptr},
+    {nullptr, nullptr, nullptr, nullptr, nullptr}};
+
+PyType_Slot tensor_slots[] = {
+    {Py_tp_dealloc, reinterpret_cast<void*>(tensor_dealloc)},
+    {Py_tp_methods, tensor_methods},
+    {Py_tp_getset, tensor_getset},
+    {0, nullptr}};
+
+PyType_Spec tensor_spec = {"cpp_adopter.Tensor", sizeof(Tensor), 0, Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION,
+                           tensor_slots};
+
+PyMethodDef module_methods[] = {
+    {"from_dlpack", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(from_dlpack)),
+     METH_VARARGS | METH_KEYWORDS, nullptr},
+    {"make", make, METH_VARARGS, nullptr},
+    {nullptr, nullptr, 0, nullptr}};
+
+PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "cpp_adopter", nullptr, -1, module_methods,
+                          nullptr, nullptr, nullptr, nullptr};
+
+}  // namespace
+
+PyMODINIT_FUNC PyInit_cpp_adopter() {
+    Ref module(PyModule_Create(&module_def));
+    if (!module.get()) return nullptr;
+#ifdef Py_GIL_DISABLED
+    PyUnstable_Module_SetGIL(module.get(), Py_MOD_GIL_NOT_USED);
+#endif
+    tensor_type = reinterpret_cast<PyTypeObject*>(PyType_FromSpec(&tensor_spec));
+    if (tensor_type == nullptr
+            || PyModule_AddObjectRef(module.get(), "Tensor", reinterpret_cast<PyObject*>(tensor_type)) < 0
+            || PyModule_AddObjectRef(module.get(), "CopyForbiddenError", dlpack_ref_copy_forbidden_error()) < 0)
+        return nullptr;
+    return module.release();
+}
