@@ -169,3 +169,50 @@ else:
 print("ok")
 """)
     assert out.strip() == "ok"
+
+
+def test_the_adopter_exports_and_imports_from_8_threads_at_once(adopter):
+    """8 threads (support.threads.run_threads) export one shared tensor, import
+    NumPy's strided views and each other's capsules, copy through the copy
+    callback and hit a refusal, all through the adopter at once; under a
+    free-threaded CPython (the 3.13t lane) with the GIL off, which importing
+    the adopter must not turn back on. Every capsule's deleter has run at the
+    end: the shared tensor is back to the references it started with."""
+    out = _run_blocked(adopter, f"""
+import gc, os, sysconfig
+sys.path.insert(0, {str(Path(__file__).resolve().parent)!r})
+from support.threads import run_threads
+import numpy as np
+shared = c.make(2, 32, 1, (8,), np.arange(8, dtype=np.float32).tobytes())
+read_only = c.make(2, 32, 1, (2,), bytes(8), 1)
+source = np.arange(64.0).reshape(8, 8)
+base = sys.getrefcount(shared)
+
+def work(k):
+    column = source[:, k]
+    for _ in range(200):
+        n = np.from_dlpack(shared)
+        assert n.ctypes.data == shared.data_ptr and n[k] == k
+        t = c.from_dlpack(column)
+        assert t.data_ptr == column.ctypes.data and (np.from_dlpack(t) == column).all()
+        mine = c.from_dlpack(shared)
+        assert mine.data_ptr == shared.data_ptr
+        copied = c.from_dlpack(shared.__dlpack__(max_version=(1, 3), copy=True))
+        assert copied.data_ptr != shared.data_ptr and np.from_dlpack(copied)[k] == k
+        try:
+            read_only.__dlpack__()
+        except BufferError:
+            pass
+        else:
+            raise AssertionError("a read-only tensor exported as legacy")
+
+run_threads(work)
+del work
+gc.collect()
+assert sys.getrefcount(shared) == base, (sys.getrefcount(shared), base)
+gil_disabled_build = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
+if gil_disabled_build and os.environ.get("PYTHON_GIL") != "1":
+    assert not sys._is_gil_enabled(), "importing the adopter turned the GIL on"
+print("ok", "gil-off" if gil_disabled_build and not sys._is_gil_enabled() else "gil")
+""")
+    assert out.split()[0] == "ok", out
