@@ -39,6 +39,7 @@
 
 #include <Python.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "dlpack.h"
@@ -1396,21 +1397,30 @@ static inline int dlpack_ref_exchange_allocate(DLTensor* prototype, DLManagedTen
     size_t head;
     int32_t i;
     uint64_t flags;
+    char message[160];
     *out = NULL;
     if (prototype == NULL || prototype->ndim < 0 || prototype->ndim > DLPACK_REF_MAX_NDIM
             || (prototype->ndim > 0 && prototype->shape == NULL))
         return dlpack_ref_priv_alloc_error(ctx, set_error, "ValueError",
                                            "the allocator's prototype must be a DLTensor with 0 to 64 dimensions "
                                            "and a shape");
-    if (dlpack_ref_dtype_format(prototype->dtype.code, prototype->dtype.bits, prototype->dtype.lanes) == NULL)
-        return dlpack_ref_priv_alloc_error(ctx, set_error, "BufferError",
-                                           "the allocator's prototype has a dtype that is not a DLPack 1.3 type");
-    if (prototype->device.device_type != kDLCPU)
-        return dlpack_ref_priv_alloc_error(ctx, set_error, "BufferError",
-                                           "this allocator makes CPU (kDLCPU) memory only");
+    if (dlpack_ref_dtype_format(prototype->dtype.code, prototype->dtype.bits, prototype->dtype.lanes) == NULL) {
+        snprintf(message, sizeof message, "unsupported DLDataType(code=%d, bits=%d, lanes=%d): not a DLPack 1.3 data type",
+                 (int)prototype->dtype.code, (int)prototype->dtype.bits, (int)prototype->dtype.lanes);
+        return dlpack_ref_priv_alloc_error(ctx, set_error, "BufferError", message);
+    }
+    if (prototype->device.device_type != kDLCPU) {
+        snprintf(message, sizeof message, "cannot allocate memory on device (%d, %d): this allocator makes CPU memory only",
+                 (int)prototype->device.device_type, (int)prototype->device.device_id);
+        return dlpack_ref_priv_alloc_error(ctx, set_error, "BufferError", message);
+    }
     count = dlpack_ref_element_count(prototype->shape, prototype->ndim);
-    if (count == -1)
-        return dlpack_ref_priv_alloc_error(ctx, set_error, "ValueError", "the allocator's prototype has a negative extent");
+    if (count == -1) {
+        for (i = 0; prototype->shape[i] >= 0; ++i) {}
+        snprintf(message, sizeof message, "negative dimension %lld in the allocator's prototype",
+                 (long long)prototype->shape[i]);
+        return dlpack_ref_priv_alloc_error(ctx, set_error, "ValueError", message);
+    }
     flags = (int64_t)prototype->dtype.bits * prototype->dtype.lanes < 8 ? DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED : 0;
     bits = dlpack_ref_storage_bits(prototype->dtype, flags);
     head = (sizeof(DLManagedTensorVersioned) + 2 * (size_t)prototype->ndim * sizeof(int64_t) + ALIGN - 1)
