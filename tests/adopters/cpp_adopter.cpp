@@ -11,6 +11,7 @@
 #include <Python.h>
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <memory>
 #include <new>
@@ -75,6 +76,8 @@ template <class R, class F> R guarded(R failure, F&& body) noexcept {
 class Taken {
 public:
     Taken() noexcept = default;
+    /* Own `*taken` from here on (the caller's holder is emptied). */
+    explicit Taken(DLPackRefTensor* taken) noexcept : t_(std::exchange(*taken, DLPackRefTensor{})) {}
     Taken(Taken&& other) noexcept : t_(std::exchange(other.t_, DLPackRefTensor{})) {}
     Taken& operator=(Taken&& other) noexcept {
         dlpack_ref_release(&t_);
@@ -93,14 +96,16 @@ private:
 
 /* --- the array type ------------------------------------------------------ */
 
-std::vector<int64_t> row_major(const std::vector<int64_t>& shape) {
-    std::vector<int64_t> strides(shape.size());
+/* Extents live inside the array (so inside the Python object, where the
+ * exchange table's view borrows them), at most DLPack's 64. */
+using Extents = std::array<int64_t, DLPACK_REF_MAX_NDIM>;
+
+void row_major(Extents& strides, const Extents& shape, int32_t ndim) {
     int64_t k = 1;
-    for (size_t d = shape.size(); d-- > 0;) {
+    for (int32_t d = ndim; d-- > 0;) {
         strides[d] = k;
         k *= shape[d] > 0 ? shape[d] : 1;
     }
-    return strides;
 }
 
 /* A CPU array: row-major memory of its own, or a zero-copy view of a taken
@@ -113,14 +118,14 @@ public:
             raise(PyExc_BufferError, "cpp_adopter copies host-accessible memory only");
         Array a(src, flags & DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED);
         a.device_ = {kDLCPU, 0};
-        a.strides_ = row_major(a.shape_);
+        row_major(a.strides_, a.shape_, a.ndim_);
         const int64_t bits = dlpack_ref_storage_bits(src.dtype, flags);
         const int64_t count = dlpack_ref_element_count(src.shape, src.ndim);
         const auto nbytes = static_cast<size_t>(dlpack_ref_nbytes(count, bits));
         a.memory_.resize(std::max<size_t>(nbytes, 1));   /* never a NULL data pointer */
         a.data_ = a.memory_.data();
         const auto* base = static_cast<const std::byte*>(src.data) + src.byte_offset;
-        if (src.strides == nullptr || std::equal(a.strides_.begin(), a.strides_.end(), src.strides)) {
+        if (src.strides == nullptr || std::equal(src.strides, src.strides + src.ndim, a.strides_.begin())) {
             std::copy_n(base, nbytes, a.memory_.begin());
             return a;
         }
@@ -141,7 +146,8 @@ public:
     static Array view_of(Taken taken) {
         const DLTensor& t = taken.tensor();
         Array a(t, taken.flags() & (DLPACK_FLAG_BITMASK_READ_ONLY | DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED));
-        a.strides_ = t.strides ? std::vector<int64_t>(t.strides, t.strides + t.ndim) : row_major(a.shape_);
+        if (t.strides != nullptr) std::copy_n(t.strides, t.ndim, a.strides_.begin());
+        else row_major(a.strides_, a.shape_, a.ndim_);
         a.data_ = static_cast<std::byte*>(t.data) + t.byte_offset;
         a.device_ = t.device;   /* host-accessible memory keeps its true device */
         a.imported_ = std::move(taken);
@@ -153,11 +159,10 @@ public:
         DLTensor t{};
         t.data = data_;
         t.device = device_;
-        t.ndim = static_cast<int32_t>(shape_.size());
+        t.ndim = ndim_;
         t.dtype = dtype_;
-        /* A 0-d array's pointers must be valid too; an empty vector's need not be. */
-        t.shape = shape_.empty() ? &no_extent_ : const_cast<int64_t*>(shape_.data());
-        t.strides = strides_.empty() ? &no_extent_ : const_cast<int64_t*>(strides_.data());
+        t.shape = const_cast<int64_t*>(shape_.data());
+        t.strides = const_cast<int64_t*>(strides_.data());
         return t;
     }
     void* data() const noexcept { return data_; }
@@ -166,16 +171,17 @@ public:
     void set_read_only() noexcept { flags_ |= DLPACK_FLAG_BITMASK_READ_ONLY; }
 
 private:
-    Array(const DLTensor& like, uint64_t flags)
-        : dtype_(like.dtype), shape_(like.shape, like.shape + like.ndim), flags_(flags) {}
+    Array(const DLTensor& like, uint64_t flags) : dtype_(like.dtype), ndim_(like.ndim), flags_(flags) {
+        std::copy_n(like.shape, like.ndim, shape_.begin());
+    }
     DLDataType dtype_;
     DLDevice device_{};
-    std::vector<int64_t> shape_, strides_;
+    int32_t ndim_;
+    Extents shape_{}, strides_{};
     uint64_t flags_;
     std::vector<std::byte> memory_;   /* our own memory, or empty */
     Taken imported_;                  /* a taken tensor held zero-copy, or empty */
     std::byte* data_ = nullptr;
-    static inline int64_t no_extent_ = 0;
 };
 
 /* The Python object: an Array and a free `meta` slot, constructed in place. */
@@ -189,8 +195,9 @@ PyTypeObject* tensor_type = nullptr;
 
 Tensor* as_tensor(void* self) noexcept { return static_cast<Tensor*>(self); }
 
-PyObject* wrap(Array&& array) {
-    auto* self = PyObject_New(Tensor, tensor_type);
+/* A new Python object of `type` (Tensor or a subclass) holding `array`. */
+PyObject* wrap(Array&& array, PyTypeObject* type = tensor_type) {
+    auto* self = reinterpret_cast<Tensor*>(type->tp_alloc(type, 0));
     if (self == nullptr) throw PyErrorSet{};
     new (&self->array) Array(std::move(array));
     new (&self->meta) Ref();
@@ -201,20 +208,24 @@ void tensor_dealloc(PyObject* self) {
     PyTypeObject* type = Py_TYPE(self);
     as_tensor(self)->array.~Array();
     as_tensor(self)->meta.~Ref();
-    PyObject_Free(self);
+    type->tp_free(self);
     Py_DECREF(type);   /* a heap type: each instance holds a reference */
 }
 
-/* make(code, bits, lanes, shape, data: bytes, flags=0): a row-major tensor of ours holding `data`. */
+/* make(code, bits, lanes, shape, data: bytes, flags=0, cls=Tensor): a row-major tensor of ours (of
+ * class `cls`, a subclass of Tensor) holding `data`. */
 PyObject* make(PyObject*, PyObject* args) {
     int code, bits, lanes;
     unsigned long long flags = 0;
     PyObject* shape;
+    PyTypeObject* cls = tensor_type;
     Py_buffer data;
-    if (!PyArg_ParseTuple(args, "iiiO!y*|K", &code, &bits, &lanes, &PyTuple_Type, &shape, &data, &flags))
+    if (!PyArg_ParseTuple(args, "iiiO!y*|KO!", &code, &bits, &lanes, &PyTuple_Type, &shape, &data, &flags,
+                          &PyType_Type, &cls))
         return nullptr;
     std::unique_ptr<Py_buffer, void (*)(Py_buffer*)> release_data(&data, PyBuffer_Release);
     return guarded<PyObject*>(nullptr, [&] {
+        if (!PyType_IsSubtype(cls, tensor_type)) raise(PyExc_TypeError, "cls must be a subclass of Tensor");
         std::vector<int64_t> dims;
         for (Py_ssize_t d = 0; d < PyTuple_GET_SIZE(shape); ++d)
             dims.push_back(checked(PyLong_AsLongLong(PyTuple_GET_ITEM(shape, d))));
@@ -230,7 +241,7 @@ PyObject* make(PyObject*, PyObject* args) {
             raise(PyExc_ValueError, "data has the wrong size for the shape and dtype");
         Array a = Array::copy_of(desc, flags);
         if (flags & DLPACK_FLAG_BITMASK_READ_ONLY) a.set_read_only();
-        return wrap(std::move(a));
+        return wrap(std::move(a), cls);
     });
 }
 
@@ -263,10 +274,17 @@ int copy_cb(void* ctx, const DLTensor* src, DLDevice target, PyObject*, int64_t,
     });
 }
 
-PyObject* tensor_dlpack(PyObject* self, PyObject* args, PyObject* kwargs) {
+/* The one description of a tensor: __dlpack__ and the exchange table both
+ * export from it, so they cannot disagree. */
+int describe(PyObject* self, dlpack_ref_producer* p) {
     const Array& a = as_tensor(self)->array;
-    const dlpack_ref_producer p{a.dltensor(), self, a.read_only(), a.flags(), self, copy_cb,
-                                nullptr /* CPU memory: nothing is ever pending */};
+    *p = {a.dltensor(), self, a.read_only(), a.flags(), self, copy_cb, nullptr /* CPU memory: nothing pending */};
+    return 0;
+}
+
+PyObject* tensor_dlpack(PyObject* self, PyObject* args, PyObject* kwargs) {
+    dlpack_ref_producer p;
+    describe(self, &p);
     return dlpack_ref_producer_dlpack(&p, args, kwargs);
 }
 
@@ -275,6 +293,25 @@ PyObject* tensor_dlpack_device(PyObject* self, PyObject*) {
 }
 
 /* --- glue: the consumer protocol ------------------------------------------ */
+
+/* A tensor of ours holding `taken` zero-copy (host-accessible memory only). */
+PyObject* hold(Taken taken) {
+    if (!dlpack_ref_device_host_accessible(static_cast<int32_t>(taken.tensor().device.device_type)))
+        raise(PyExc_BufferError, "cpp_adopter holds host-accessible memory only");
+    return wrap(Array::view_of(std::move(taken)));
+}
+
+/* The exchange table's wrap: consumes *taken in every case. */
+PyObject* wrap_taken(DLPackRefTensor* taken) {
+    Taken owned(taken);
+    return guarded<PyObject*>(nullptr, [&] { return hold(std::move(owned)); });
+}
+
+/* __dlpack_c_exchange_api__ of Tensor, from the same describe and wrap; the
+ * builder's host allocator and "no stream" (CPU memory only). The type's
+ * pointer is stored in the module's init, before publishing. */
+dlpack_ref_exchange_spec tensor_exchange = {nullptr, describe, wrap_taken, nullptr, nullptr};
+DLPACK_REF_EXCHANGE_TABLE(tensor_api, tensor_exchange);
 
 /* from_dlpack(x, /, *, device=None, copy=None): the header decides, we copy. */
 PyObject* from_dlpack(PyObject*, PyObject* args, PyObject* kwargs) {
@@ -287,11 +324,7 @@ PyObject* from_dlpack(PyObject*, PyObject* args, PyObject* kwargs) {
         DLDevice target;
         int must_copy;
         checked(dlpack_ref_consumer_take(x, device, copy, Py_None, taken.out(), &target, &must_copy));
-        if (!must_copy) {
-            if (!dlpack_ref_device_host_accessible(static_cast<int32_t>(taken.tensor().device.device_type)))
-                raise(PyExc_BufferError, "cpp_adopter holds host-accessible memory only");
-            return wrap(Array::view_of(std::move(taken)));
-        }
+        if (!must_copy) return hold(std::move(taken));
         if (target.device_type != kDLCPU) raise(PyExc_BufferError, "cpp_adopter cannot copy to device " + device_text(target));
         return wrap(Array::copy_of(taken.tensor(), taken.flags()));
     });
@@ -317,8 +350,8 @@ PyType_Slot tensor_slots[] = {
     {Py_tp_getset, tensor_getset},
     {0, nullptr}};
 
-PyType_Spec tensor_spec = {"cpp_adopter.Tensor", sizeof(Tensor), 0, Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION,
-                           tensor_slots};
+PyType_Spec tensor_spec = {"cpp_adopter.Tensor", sizeof(Tensor), 0,
+                           Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_DISALLOW_INSTANTIATION, tensor_slots};
 
 PyMethodDef module_methods[] = {
     {"from_dlpack", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(from_dlpack)),
@@ -338,7 +371,8 @@ PyMODINIT_FUNC PyInit_cpp_adopter() {
     PyUnstable_Module_SetGIL(module.get(), Py_MOD_GIL_NOT_USED);
 #endif
     tensor_type = reinterpret_cast<PyTypeObject*>(PyType_FromSpec(&tensor_spec));
-    if (tensor_type == nullptr
+    tensor_exchange.type = tensor_type;
+    if (tensor_type == nullptr || dlpack_ref_publish_exchange_api(tensor_type, &tensor_api) < 0
             || PyModule_AddObjectRef(module.get(), "Tensor", reinterpret_cast<PyObject*>(tensor_type)) < 0
             || PyModule_AddObjectRef(module.get(), "CopyForbiddenError", dlpack_ref_copy_forbidden_error()) < 0)
         return nullptr;

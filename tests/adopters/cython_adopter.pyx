@@ -8,11 +8,11 @@
 # Same Python API as c_adopter.c (make, from_dlpack, Tensor with data_ptr,
 # readonly, meta), so tests/adopters/adopter_hook.py serves it too.
 
-from libc.stdint cimport int64_t, uint64_t, uint8_t, uint16_t, uintptr_t
+from libc.stdint cimport int32_t, int64_t, uint64_t, uint8_t, uint16_t, uintptr_t
 from libc.stdlib cimport malloc, free
 from libc.string cimport memcpy, memcmp
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
-from cpython.object cimport PyObject
+from cpython.object cimport PyObject, PyTypeObject
 from cpython.ref cimport Py_INCREF
 from dlpack cimport *
 from dlpack_ref_api cimport *
@@ -60,8 +60,9 @@ cdef class Tensor:
         return (self.flags & DLPACK_FLAG_BITMASK_READ_ONLY) != 0
 
     # --- glue: the producer protocol ----------------------------------------
-    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
-        cdef dlpack_ref_producer p
+    cdef void describe(self, dlpack_ref_producer* p) noexcept:
+        """The one description of this tensor: __dlpack__ and the exchange
+        table both export from it, so they cannot disagree."""
         p.tensor = self.t
         p.owner = <PyObject*>self
         p.read_only = (self.flags & DLPACK_FLAG_BITMASK_READ_ONLY) != 0
@@ -69,6 +70,10 @@ cdef class Tensor:
         p.ctx = <void*>self
         p.copy = copy_cb
         p.order = NULL              # CPU memory: nothing is ever pending
+
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        cdef dlpack_ref_producer p
+        self.describe(&p)
         return dlpack_ref_producer_export(&p, stream, max_version, dl_device, copy)
 
     def __dlpack_device__(self):
@@ -84,8 +89,8 @@ cdef void row_major(int64_t* strides, const int64_t* shape, int ndim) noexcept:
         k *= shape[d] if shape[d] > 0 else 1
 
 
-cdef Tensor copy_to_host(const DLTensor* src, uint64_t flags):
-    """A row-major copy of `src` in new memory of ours, on the CPU."""
+cdef Tensor copy_to_host(const DLTensor* src, uint64_t flags, type cls=Tensor):
+    """A row-major copy of `src` in new memory of ours, on the CPU, as a `cls`."""
     cdef int64_t bits = dlpack_ref_storage_bits(src.dtype, flags)
     cdef int64_t count = dlpack_ref_element_count(src.shape, src.ndim)
     cdef int64_t n = dlpack_ref_nbytes(count, bits), i, rest, off
@@ -93,7 +98,7 @@ cdef Tensor copy_to_host(const DLTensor* src, uint64_t flags):
     cdef int d
     if not dlpack_ref_device_host_accessible(<int>src.device.device_type):
         raise BufferError("cython_adopter copies host-accessible memory only")
-    cdef Tensor c = Tensor.__new__(Tensor)
+    cdef Tensor c = cls.__new__(cls)
     c.t.ndim = src.ndim
     c.t.dtype = src.dtype
     c.t.device.device_type = kDLCPU
@@ -117,9 +122,12 @@ cdef Tensor copy_to_host(const DLTensor* src, uint64_t flags):
     return c
 
 
-def make(int code, int bits, int lanes, tuple shape, data, unsigned long long flags=0):
-    """make(code, bits, lanes, shape, data: bytes, flags=0): a row-major
-    tensor of ours holding `data`."""
+def make(int code, int bits, int lanes, tuple shape, data, unsigned long long flags=0, type cls=Tensor):
+    """make(code, bits, lanes, shape, data: bytes, flags=0, cls=Tensor): a
+    row-major tensor of ours (of class `cls`, a subclass of Tensor) holding
+    `data`."""
+    if not issubclass(cls, Tensor):
+        raise TypeError("cls must be a subclass of Tensor")
     cdef DLTensor desc
     cdef int64_t dims[DLPACK_REF_MAX_NDIM]
     cdef Py_buffer view
@@ -141,7 +149,7 @@ def make(int code, int bits, int lanes, tuple shape, data, unsigned long long fl
         dlpack_check_tensor(&desc, flags, 1)
         if dlpack_ref_nbytes(dlpack_ref_element_count(dims, desc.ndim), dlpack_ref_storage_bits(desc.dtype, flags)) != view.len:
             raise ValueError("data has the wrong size for the shape and dtype")
-        r = copy_to_host(&desc, flags)
+        r = copy_to_host(&desc, flags, cls)
     finally:
         PyBuffer_Release(&view)
     r.flags |= flags & DLPACK_FLAG_BITMASK_READ_ONLY
@@ -165,26 +173,88 @@ cdef int copy_cb(void* ctx, const DLTensor* src, DLDevice target, PyObject* stre
     return 0
 
 
+cdef Tensor wrap_taken(DLPackRefTensor* taken):
+    """A tensor of ours holding `taken` zero-copy; consumes it (released on
+    failure). from_dlpack and the exchange table both use it."""
+    cdef Tensor r
+    try:
+        if not dlpack_ref_device_host_accessible(<int>taken.dl_tensor.device.device_type):
+            raise BufferError("cython_adopter holds host-accessible memory only")
+        r = Tensor.__new__(Tensor)
+    except BaseException:
+        dlpack_ref_release(taken)
+        raise
+    r.hold(taken)
+    return r
+
+
 def from_dlpack(x, /, *, device=None, copy=None):
     """from_dlpack(x, /, *, device=None, copy=None): the header decides, we copy."""
     cdef DLPackRefTensor t
     cdef DLDevice target
     cdef int must_copy
-    cdef Tensor r
     dlpack_ref_consumer_take(x, device, copy, None, &t, &target, &must_copy)
-    if not must_copy and dlpack_ref_device_host_accessible(<int>t.dl_tensor.device.device_type):
-        try:
-            r = Tensor.__new__(Tensor)
-        except BaseException:
-            dlpack_ref_release(&t)
-            raise
-        r.hold(&t)                  # zero-copy: released when r goes
-        return r
+    if not must_copy:
+        return wrap_taken(&t)
     try:
-        if not must_copy:
-            raise BufferError("cython_adopter holds host-accessible memory only")
         if target.device_type != kDLCPU:
             raise BufferError(f"cython_adopter cannot copy to device ({target.device_type}, {target.device_id})")
         return copy_to_host(t.dl_tensor, t.flags)
     finally:
         dlpack_ref_release(&t)
+
+
+# --- glue: __dlpack_c_exchange_api__ of Tensor, from the same describe and wrap
+# (the builder's host allocator and "no stream": CPU memory only); table
+# functions take no context, so each forwards to the builder with the static spec.
+
+cdef dlpack_ref_exchange_spec tensor_spec
+cdef DLPackExchangeAPI tensor_api
+
+
+cdef int spec_describe(PyObject* obj, dlpack_ref_producer* out) except -1:
+    (<Tensor>obj).describe(out)
+    return 0
+
+
+cdef PyObject* spec_wrap(DLPackRefTensor* taken) except NULL:
+    r = wrap_taken(taken)
+    Py_INCREF(r)
+    return <PyObject*>r
+
+
+cdef int api_allocator(DLTensor* prototype, DLManagedTensorVersioned** out, void* ctx,
+                       void (*set_error)(void*, const char*, const char*) noexcept nogil) noexcept nogil:
+    return dlpack_ref_exchange_allocator_of(&tensor_spec, prototype, out, ctx, set_error)
+
+
+cdef int api_from_py(void* obj, DLManagedTensorVersioned** out) except -1:
+    return dlpack_ref_exchange_from_py(&tensor_spec, <PyObject*>obj, out)
+
+
+cdef int api_to_py(DLManagedTensorVersioned* tensor, void** out) except -1:
+    return dlpack_ref_exchange_to_py(&tensor_spec, tensor, out)
+
+
+cdef int api_view(void* obj, DLTensor* out) except -1:
+    return dlpack_ref_exchange_view(&tensor_spec, <PyObject*>obj, out)
+
+
+cdef int api_stream(DLDeviceType device_type, int32_t device_id, void** out) except -1:
+    return dlpack_ref_exchange_stream_of(&tensor_spec, device_type, device_id, out)
+
+
+tensor_spec.type = <PyTypeObject*>Tensor
+tensor_spec.describe = spec_describe
+tensor_spec.wrap = spec_wrap
+tensor_spec.allocator = NULL
+tensor_spec.current_work_stream = NULL
+tensor_api.header.version.major = DLPACK_MAJOR_VERSION
+tensor_api.header.version.minor = DLPACK_MINOR_VERSION
+tensor_api.header.prev_api = NULL
+tensor_api.managed_tensor_allocator = api_allocator
+tensor_api.managed_tensor_from_py_object_no_sync = api_from_py
+tensor_api.managed_tensor_to_py_object_no_sync = api_to_py
+tensor_api.dltensor_from_py_object_no_sync = api_view
+tensor_api.current_work_stream = api_stream
+dlpack_ref_publish_exchange_api(<PyTypeObject*>Tensor, &tensor_api)
