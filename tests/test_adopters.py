@@ -7,9 +7,10 @@ hook, adapters.HOOK).
 
 The three adopters: plain C (c_adopter.c), idiomatic C++17 (cpp_adopter.cpp)
 and Cython (cython_adopter.pyx, which vendors dlpack.pxd and
-dlpack_ref_api.pxd too). Built with the sanitizer lane's flags when it runs
+dlpack_ref_api.pxd too), each publishing its own exchange table through the
+header's builder. Built with the sanitizer lane's flags when it runs
 (support.build_ext.sanitizer_flags), and free-threading-ready: the 3.13t
-lane runs them with the GIL off."""
+lane runs them with the GIL off, 8 threads at once."""
 
 from __future__ import annotations
 
