@@ -105,6 +105,23 @@ cdef extern from "dlpack_ref.h":
     int dlpack_ref_take(object capsule, DLPackRefTensor* out) except -1
     const DLPackExchangeAPI* dlpack_ref_exchange_api(object tp) except? NULL
 
+    # fast calls: memoized per-type lookups (GIL builds of CPython 3.11 to
+    # 3.15; a fresh lookup elsewhere). A memo is a zero-initialized static.
+    ctypedef struct dlpack_ref_method_memo:
+        pass
+    ctypedef struct dlpack_ref_api_memo:
+        pass
+    # x.name(*args[1:nargs], **kwnames) for x = args[0], by vectorcall. kwnames
+    # is a PyObject* so that "no keywords" is NULL (Cython would pass None).
+    object dlpack_ref_call_method(dlpack_ref_method_memo* memo, object name, PyObject** args, size_t nargs,
+                                  PyObject* kwnames)
+    # The same call with its failure left pending (NULL, the error set), for
+    # hot paths that enter no try block.
+    PyObject* dlpack_ref_call_method_or_null "dlpack_ref_call_method"(
+        dlpack_ref_method_memo* memo, object name, PyObject** args, size_t nargs, PyObject* kwnames)
+    bint dlpack_ref_device_answer_is(object answer, DLDevice device)
+    const DLPackExchangeAPI* dlpack_ref_exchange_api_memo(dlpack_ref_api_memo* memo, PyTypeObject* tp) except? NULL
+
     # calls into another library's exchange table: the status as a plain
     # int (a table may return nonzero with no exception set, or set one and
     # return 0); dlpack_ref_table_failed says whether it failed and

@@ -466,3 +466,80 @@ def test_the_adopter_consumes_its_own_tensors_through_its_table(adopter):
     assert u.data_ptr == t.data_ptr and sys.getrefcount(t) == refs + 1
     del u
     assert sys.getrefcount(t) == refs
+
+
+def test_the_memoized_table_lookup_sees_a_later_change_to_the_type(adopter):
+    """The consumer keeps the last type's table while the type's version tag
+    is unchanged; a __dlpack__ override added later is honoured at once."""
+    import numpy as np
+    c = _imported(adopter)
+
+    class Sub(c.Tensor):
+        def __dlpack_device__(self):   # the table path never asks it
+            raise AssertionError("__dlpack__ path taken")
+
+    t = c.make(2, 32, 1, (2,), np.zeros(2, np.float32).tobytes(), 0, Sub)
+    assert c.from_dlpack(t).data_ptr == t.data_ptr
+    assert c.from_dlpack(t).data_ptr == t.data_ptr   # from the memo
+
+    def refuse(self, **kwargs):
+        raise BufferError("late override")
+
+    Sub.__dlpack__ = refuse
+    with pytest.raises(BufferError, match="late override"):
+        c.from_dlpack(t)
+    del Sub.__dlpack__
+    assert c.from_dlpack(t).data_ptr == t.data_ptr
+
+
+def test_the_vectorcall_entries_parse_their_arguments_as_python_does(adopter):
+    import numpy as np
+    c = _imported(adopter)
+    t = _float32(c)
+    key = "".join(["max_", "version"])   # a keyword that is not the interned string
+    assert dlpack_ref.inspect(t.__dlpack__(**{key: (1, 3)}))["version"] == (1, 3)
+    with pytest.raises(TypeError, match=r"__dlpack__\(\) takes no positional arguments \(1 given\)"):
+        t.__dlpack__(None)
+    with pytest.raises(TypeError, match="__dlpack__\\(\\) got an unexpected keyword argument 'streams'"):
+        t.__dlpack__(streams=None)
+    with pytest.raises(TypeError, match=r"from_dlpack\(\) takes exactly 1 positional argument \(2 given\)"):
+        c.from_dlpack(np.zeros(2), None)
+    with pytest.raises(TypeError, match=r"from_dlpack\(\) takes exactly 1 positional argument \(0 given\)"):
+        c.from_dlpack()
+    with pytest.raises(TypeError, match="from_dlpack\\(\\) got an unexpected keyword argument 'devices'"):
+        c.from_dlpack(np.zeros(2), devices=None)
+    x = np.arange(3.0)
+    u = c.from_dlpack(x, **{"".join(["co", "py"]): True})
+    assert u.data_ptr != x.ctypes.data and np.from_dlpack(u).tolist() == [0.0, 1.0, 2.0]
+
+
+def test_the_plain_import_refuses_non_producers_and_checks_the_device(adopter):
+    import numpy as np
+    c = _imported(adopter)
+
+    class NoDevice:
+        def __init__(self):
+            self.x = np.zeros(2)
+
+        def __dlpack__(self, **kwargs):
+            return self.x.__dlpack__(**kwargs)
+
+    class WrongDevice(NoDevice):
+        def __dlpack_device__(self):
+            return (2, 0)
+
+    class Legacy(WrongDevice):
+        def __dlpack__(self):
+            return self.x.__dlpack__()
+
+        def __dlpack_device__(self):
+            return (1, 0)
+
+    with pytest.raises(TypeError, match="from_dlpack expects an object with __dlpack__ and __dlpack_device__"):
+        c.from_dlpack(NoDevice())
+    with pytest.raises(TypeError, match="not int"):
+        c.from_dlpack(42)
+    with pytest.raises(BufferError, match=r"says \(2, 0\) but its capsule's tensor is on \(1, 0\)"):
+        c.from_dlpack(WrongDevice())
+    legacy = Legacy()
+    assert c.from_dlpack(legacy).data_ptr == legacy.x.ctypes.data

@@ -11,24 +11,25 @@
 #define ADOPTER "c_adopter"   /* the module name, in messages */
 
 typedef struct {
-    PyObject_HEAD
+    PyObject_VAR_HEAD
     DLTensor t;
-    int64_t shape[DLPACK_REF_MAX_NDIM], strides[DLPACK_REF_MAX_NDIM];
     uint64_t flags;            /* READ_ONLY, IS_SUBBYTE_TYPE_PADDED */
     void* own;                 /* malloc'd memory, or NULL */
     DLPackRefTensor imported;  /* a taken tensor held zero-copy, or empty */
     PyObject* meta;            /* anything the user attaches */
+    int64_t dims[1];           /* shape then strides, 2 * ndim, allocated with the object */
 } Tensor;
 
 static PyTypeObject TensorType;
 
-/* A new, empty tensor of `type` (Tensor or a subclass). */
-static Tensor* tensor_new_of(PyTypeObject* type) {
-    Tensor* self = (Tensor*)type->tp_alloc(type, 0);
+/* A new, zeroed tensor of `type` (Tensor or a subclass) with room for
+ * `ndim` extents and strides (one small allocation: no fixed 64-dim arrays). */
+static Tensor* tensor_new_of(PyTypeObject* type, int32_t ndim) {
+    Tensor* self = (Tensor*)type->tp_alloc(type, ndim);
     if (self == NULL) return NULL;
-    memset(&self->t, 0, sizeof(Tensor) - offsetof(Tensor, t));
-    self->t.shape = self->shape;
-    self->t.strides = self->strides;
+    self->t.ndim = ndim;
+    self->t.shape = self->dims;
+    self->t.strides = self->dims + ndim;
     return self;
 }
 
@@ -39,7 +40,7 @@ static void tensor_dealloc(Tensor* self) {
     Py_TYPE(self)->tp_free((PyObject*)self);
 }
 
-static Tensor* tensor_new(void) { return tensor_new_of(&TensorType); }
+static Tensor* tensor_new(int32_t ndim) { return tensor_new_of(&TensorType, ndim); }
 
 static int64_t nbytes_of(const DLTensor* t, uint64_t flags) {
     return dlpack_ref_nbytes(dlpack_ref_element_count(t->shape, t->ndim), dlpack_ref_storage_bits(t->dtype, flags));
@@ -55,16 +56,15 @@ static Tensor* copy_to_host(PyTypeObject* type, const DLTensor* src, uint64_t fl
         PyErr_SetString(PyExc_BufferError, ADOPTER " copies host-accessible memory only");
         return NULL;
     }
-    if ((c = tensor_new_of(type)) == NULL) return NULL;
-    c->t.ndim = src->ndim;
+    if ((c = tensor_new_of(type, src->ndim)) == NULL) return NULL;
     c->t.dtype = src->dtype;
     c->t.device.device_type = kDLCPU;
     c->flags = flags & DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED;
-    memcpy(c->shape, src->shape, (size_t)src->ndim * sizeof(int64_t));
-    for (d = src->ndim - 1, k = 1; d >= 0; --d) { c->strides[d] = k; k *= src->shape[d] > 0 ? src->shape[d] : 1; }
+    memcpy(c->t.shape, src->shape, (size_t)src->ndim * sizeof(int64_t));
+    for (d = src->ndim - 1, k = 1; d >= 0; --d) { c->t.strides[d] = k; k *= src->shape[d] > 0 ? src->shape[d] : 1; }
     c->own = c->t.data = malloc((size_t)(n ? n : 1));
     if (c->own == NULL) { Py_DECREF(c); return (Tensor*)PyErr_NoMemory(); }
-    if (src->strides == NULL || memcmp(src->strides, c->strides, (size_t)src->ndim * sizeof(int64_t)) == 0) {
+    if (src->strides == NULL || memcmp(src->strides, c->t.strides, (size_t)src->ndim * sizeof(int64_t)) == 0) {
         memcpy(c->own, base, (size_t)n);
         return c;
     }
@@ -106,10 +106,10 @@ static int describe(PyObject* obj, dlpack_ref_producer* p) {
     return 0;
 }
 
-static PyObject* tensor_dlpack(Tensor* self, PyObject* args, PyObject* kwargs) {
+static PyObject* tensor_dlpack(Tensor* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
     dlpack_ref_producer p;
     describe((PyObject*)self, &p);
-    return dlpack_ref_producer_dlpack(&p, args, kwargs);
+    return dlpack_ref_producer_dlpack_fast(&p, args, nargs, kwnames);
 }
 
 static PyObject* tensor_dlpack_device(Tensor* self, PyObject* unused) {
@@ -149,17 +149,18 @@ static PyObject* wrap(DLPackRefTensor* t) {
         PyErr_SetString(PyExc_BufferError, ADOPTER " holds host-accessible memory only");
         return NULL;
     }
-    if ((r = tensor_new()) == NULL) { dlpack_ref_release(t); return NULL; }
+    if ((r = tensor_new(src->ndim)) == NULL) { dlpack_ref_release(t); return NULL; }
     r->imported = *t;
-    r->t = *src;
-    r->t.shape = r->shape;
-    r->t.strides = r->strides;
-    memcpy(r->shape, src->shape, (size_t)src->ndim * sizeof(int64_t));
+    r->t.data = src->data;
+    r->t.device = src->device;
+    r->t.dtype = src->dtype;
+    r->t.byte_offset = src->byte_offset;
+    memcpy(r->t.shape, src->shape, (size_t)src->ndim * sizeof(int64_t));
     if (src->strides != NULL) {
-        memcpy(r->strides, src->strides, (size_t)src->ndim * sizeof(int64_t));
+        memcpy(r->t.strides, src->strides, (size_t)src->ndim * sizeof(int64_t));
     } else {
         int d; int64_t k = 1;
-        for (d = src->ndim - 1; d >= 0; --d) { r->strides[d] = k; k *= r->shape[d] > 0 ? r->shape[d] : 1; }
+        for (d = src->ndim - 1; d >= 0; --d) { r->t.strides[d] = k; k *= r->t.shape[d] > 0 ? r->t.shape[d] : 1; }
     }
     r->flags = t->flags & (DLPACK_FLAG_BITMASK_READ_ONLY | DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED);
     return (PyObject*)r;
@@ -171,15 +172,14 @@ static dlpack_ref_exchange_spec tensor_spec = {&TensorType, describe, wrap, NULL
 DLPACK_REF_EXCHANGE_TABLE(tensor_api, tensor_spec);
 
 /* from_dlpack(x, /, *, device=None, copy=None): the header decides, we copy. */
-static PyObject* from_dlpack(PyObject* mod, PyObject* args, PyObject* kwargs) {
-    static char* names[] = {"", "device", "copy", NULL};
-    PyObject *x, *device = Py_None, *copy = Py_None;
+static PyObject* from_dlpack(PyObject* mod, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+    PyObject *x, *device, *copy;
     DLPackRefTensor t;
     DLDevice target;
     int must_copy;
     Tensor* r;
     (void)mod;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|$OO", names, &x, &device, &copy)) return NULL;
+    if (dlpack_ref_consumer_args(args, nargs, kwnames, &x, &device, &copy) < 0) return NULL;
     if (dlpack_ref_consumer_take(x, device, copy, Py_None, &t, &target, &must_copy) < 0) return NULL;
     if (!must_copy) return wrap(&t);
     r = target.device_type == kDLCPU ? copy_to_host(&TensorType, t.dl_tensor, t.flags) : NULL;
@@ -230,7 +230,7 @@ static PyObject* make(PyObject* mod, PyObject* args) {
 }
 
 static PyMethodDef tensor_methods[] = {
-    {"__dlpack__", (PyCFunction)(void (*)(void))tensor_dlpack, METH_VARARGS | METH_KEYWORDS, NULL},
+    {"__dlpack__", (PyCFunction)(void (*)(void))tensor_dlpack, METH_FASTCALL | METH_KEYWORDS, NULL},
     {"__dlpack_device__", (PyCFunction)tensor_dlpack_device, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL}};
 
@@ -241,7 +241,7 @@ static PyGetSetDef tensor_getset[] = {
     {NULL, NULL, NULL, NULL, NULL}};
 
 static PyMethodDef module_methods[] = {
-    {"from_dlpack", (PyCFunction)(void (*)(void))from_dlpack, METH_VARARGS | METH_KEYWORDS, NULL},
+    {"from_dlpack", (PyCFunction)(void (*)(void))from_dlpack, METH_FASTCALL | METH_KEYWORDS, NULL},
     {"make", make, METH_VARARGS, NULL},
     {NULL, NULL, 0, NULL}};
 
@@ -251,7 +251,8 @@ static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, ADOPTER, NULL, -1
 PyMODINIT_FUNC PyInit_c_adopter(void) {
     PyObject* m;
     TensorType.tp_name = ADOPTER ".Tensor";
-    TensorType.tp_basicsize = sizeof(Tensor);
+    TensorType.tp_basicsize = offsetof(Tensor, dims);
+    TensorType.tp_itemsize = 2 * sizeof(int64_t);
     TensorType.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE;
     TensorType.tp_dealloc = (destructor)tensor_dealloc;
     TensorType.tp_methods = tensor_methods;
