@@ -498,7 +498,11 @@ def test_the_vectorcall_entries_parse_their_arguments_as_python_does(adopter):
     t = _float32(c)
     key = "".join(["max_", "version"])   # a keyword that is not the interned string
     assert dlpack_ref.inspect(t.__dlpack__(**{key: (1, 3)}))["version"] == (1, 3)
-    with pytest.raises(TypeError, match=r"__dlpack__\(\) takes no positional arguments \(1 given\)"):
+    # The Cython adopter's def signature is parsed by Cython (as fast as the
+    # header's vectorcall entry), in Cython's words for a positional argument.
+    no_positional = "takes exactly 0 positional arguments" if adopter[0] == "cython_adopter" else \
+        "takes no positional arguments"
+    with pytest.raises(TypeError, match=rf"__dlpack__\(\) {no_positional} \(1 given\)"):
         t.__dlpack__(None)
     with pytest.raises(TypeError, match="__dlpack__\\(\\) got an unexpected keyword argument 'streams'"):
         t.__dlpack__(streams=None)

@@ -282,10 +282,10 @@ int describe(PyObject* self, dlpack_ref_producer* p) {
     return 0;
 }
 
-PyObject* tensor_dlpack(PyObject* self, PyObject* args, PyObject* kwargs) {
+PyObject* tensor_dlpack(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
     dlpack_ref_producer p;
     describe(self, &p);
-    return dlpack_ref_producer_dlpack(&p, args, kwargs);
+    return dlpack_ref_producer_dlpack_fast(&p, args, nargs, kwnames);
 }
 
 PyObject* tensor_dlpack_device(PyObject* self, PyObject*) {
@@ -314,11 +314,9 @@ dlpack_ref_exchange_spec tensor_exchange = {nullptr, describe, wrap_taken, nullp
 DLPACK_REF_EXCHANGE_TABLE(tensor_api, tensor_exchange);
 
 /* from_dlpack(x, /, *, device=None, copy=None): the header decides, we copy. */
-PyObject* from_dlpack(PyObject*, PyObject* args, PyObject* kwargs) {
-    static const char* names[] = {"", "device", "copy", nullptr};
-    PyObject *x, *device = Py_None, *copy = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|$OO", const_cast<char**>(names), &x, &device, &copy))
-        return nullptr;
+PyObject* from_dlpack(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+    PyObject *x, *device, *copy;
+    if (dlpack_ref_consumer_args(args, nargs, kwnames, &x, &device, &copy) < 0) return nullptr;
     return guarded<PyObject*>(nullptr, [&] {
         Taken taken;
         DLDevice target;
@@ -334,7 +332,7 @@ PyObject* from_dlpack(PyObject*, PyObject* args, PyObject* kwargs) {
 
 PyMethodDef tensor_methods[] = {
     {"__dlpack__", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(tensor_dlpack)),
-     METH_VARARGS | METH_KEYWORDS, nullptr},
+     METH_FASTCALL | METH_KEYWORDS, nullptr},
     {"__dlpack_device__", tensor_dlpack_device, METH_NOARGS, nullptr},
     {nullptr, nullptr, 0, nullptr}};
 
@@ -355,7 +353,7 @@ PyType_Spec tensor_spec = {"cpp_adopter.Tensor", sizeof(Tensor), 0,
 
 PyMethodDef module_methods[] = {
     {"from_dlpack", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(from_dlpack)),
-     METH_VARARGS | METH_KEYWORDS, nullptr},
+     METH_FASTCALL | METH_KEYWORDS, nullptr},
     {"make", make, METH_VARARGS, nullptr},
     {nullptr, nullptr, 0, nullptr}};
 
