@@ -96,17 +96,35 @@ private:
 
 /* --- the array type ------------------------------------------------------ */
 
-/* Extents live inside the array (so inside the Python object, where the
- * exchange table's view borrows them), at most DLPack's 64. */
-using Extents = std::array<int64_t, DLPACK_REF_MAX_NDIM>;
-
-void row_major(Extents& strides, const Extents& shape, int32_t ndim) {
+void row_major(int64_t* strides, const int64_t* shape, int32_t ndim) {
     int64_t k = 1;
     for (int32_t d = ndim; d-- > 0;) {
         strides[d] = k;
         k *= shape[d] > 0 ? shape[d] : 1;
     }
 }
+
+/* An array's shape and strides: inside the object for up to 8 dimensions
+ * (where the exchange table's view borrows them, and small enough that the
+ * Python object comes from CPython's small-object allocator), on the heap
+ * beyond; owned either way, so valid while the array lives. */
+class Extents {
+public:
+    Extents(const int64_t* shape, int32_t ndim)
+        : ndim_(ndim), heap_(ndim > kInline ? std::make_unique<int64_t[]>(2 * static_cast<size_t>(ndim)) : nullptr) {
+        std::copy_n(shape, ndim, this->shape());
+    }
+    int32_t ndim() const noexcept { return ndim_; }
+    int64_t* shape() noexcept { return heap_ ? heap_.get() : inline_.data(); }
+    const int64_t* shape() const noexcept { return heap_ ? heap_.get() : inline_.data(); }
+    int64_t* strides() noexcept { return shape() + ndim_; }
+    const int64_t* strides() const noexcept { return shape() + ndim_; }
+private:
+    static constexpr int32_t kInline = 8;
+    int32_t ndim_;
+    std::array<int64_t, 2 * kInline> inline_;   /* filled up to 2 * ndim, no more */
+    std::unique_ptr<int64_t[]> heap_;
+};
 
 /* A CPU array: row-major memory of its own, or a zero-copy view of a taken
  * tensor (host-accessible memory only). */
@@ -118,14 +136,14 @@ public:
             raise(PyExc_BufferError, "cpp_adopter copies host-accessible memory only");
         Array a(src, flags & DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED);
         a.device_ = {kDLCPU, 0};
-        row_major(a.strides_, a.shape_, a.ndim_);
+        row_major(a.extents_.strides(), a.extents_.shape(), src.ndim);
         const int64_t bits = dlpack_ref_storage_bits(src.dtype, flags);
         const int64_t count = dlpack_ref_element_count(src.shape, src.ndim);
         const auto nbytes = static_cast<size_t>(dlpack_ref_nbytes(count, bits));
         a.memory_.resize(std::max<size_t>(nbytes, 1));   /* never a NULL data pointer */
         a.data_ = a.memory_.data();
         const auto* base = static_cast<const std::byte*>(src.data) + src.byte_offset;
-        if (src.strides == nullptr || std::equal(src.strides, src.strides + src.ndim, a.strides_.begin())) {
+        if (src.strides == nullptr || std::equal(src.strides, src.strides + src.ndim, a.extents_.strides())) {
             std::copy_n(base, nbytes, a.memory_.begin());
             return a;
         }
@@ -146,8 +164,8 @@ public:
     static Array view_of(Taken taken) {
         const DLTensor& t = taken.tensor();
         Array a(t, taken.flags() & (DLPACK_FLAG_BITMASK_READ_ONLY | DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED));
-        if (t.strides != nullptr) std::copy_n(t.strides, t.ndim, a.strides_.begin());
-        else row_major(a.strides_, a.shape_, a.ndim_);
+        if (t.strides != nullptr) std::copy_n(t.strides, t.ndim, a.extents_.strides());
+        else row_major(a.extents_.strides(), a.extents_.shape(), t.ndim);
         a.data_ = static_cast<std::byte*>(t.data) + t.byte_offset;
         a.device_ = t.device;   /* host-accessible memory keeps its true device */
         a.imported_ = std::move(taken);
@@ -159,10 +177,10 @@ public:
         DLTensor t{};
         t.data = data_;
         t.device = device_;
-        t.ndim = ndim_;
+        t.ndim = extents_.ndim();
         t.dtype = dtype_;
-        t.shape = const_cast<int64_t*>(shape_.data());
-        t.strides = const_cast<int64_t*>(strides_.data());
+        t.shape = const_cast<int64_t*>(extents_.shape());
+        t.strides = const_cast<int64_t*>(extents_.strides());
         return t;
     }
     void* data() const noexcept { return data_; }
@@ -171,13 +189,10 @@ public:
     void set_read_only() noexcept { flags_ |= DLPACK_FLAG_BITMASK_READ_ONLY; }
 
 private:
-    Array(const DLTensor& like, uint64_t flags) : dtype_(like.dtype), ndim_(like.ndim), flags_(flags) {
-        std::copy_n(like.shape, like.ndim, shape_.begin());
-    }
+    Array(const DLTensor& like, uint64_t flags) : dtype_(like.dtype), extents_(like.shape, like.ndim), flags_(flags) {}
     DLDataType dtype_;
     DLDevice device_{};
-    int32_t ndim_;
-    Extents shape_{}, strides_{};
+    Extents extents_;
     uint64_t flags_;
     std::vector<std::byte> memory_;   /* our own memory, or empty */
     Taken imported_;                  /* a taken tensor held zero-copy, or empty */

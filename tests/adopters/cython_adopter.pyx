@@ -20,35 +20,51 @@ from dlpack_ref_api cimport *
 
 # --- the array type: memory of its own, or a tensor held zero-copy -----------
 
+cdef enum:
+    INLINE_NDIM = 8
+
+
 cdef class Tensor:
-    cdef DLTensor t
-    cdef int64_t shape[DLPACK_REF_MAX_NDIM]
-    cdef int64_t strides[DLPACK_REF_MAX_NDIM]
+    cdef DLTensor t                 # shape and strides point at the extents below
+    # Shape then strides, inside the object up to 8 dimensions (where the
+    # exchange table's view borrows them, and small enough that CPython's
+    # small-object allocator serves the object), malloc'd beyond.
+    cdef int64_t inline_extents[2 * INLINE_NDIM]
+    cdef int64_t* heap_extents
     cdef uint64_t flags             # READ_ONLY, IS_SUBBYTE_TYPE_PADDED
     cdef void* own                  # malloc'd memory, or NULL
     cdef DLPackRefTensor imported   # a taken tensor held zero-copy, or empty
     cdef public object meta         # anything the user attaches
 
-    def __cinit__(self):
-        self.t.shape = self.shape
-        self.t.strides = self.strides
-
     def __dealloc__(self):
         dlpack_ref_release(&self.imported)
         free(self.own)
+        free(self.heap_extents)
+
+    cdef int set_ndim(self, int ndim) except -1:
+        """Room for `ndim` extents and strides."""
+        if ndim > INLINE_NDIM:
+            self.heap_extents = <int64_t*>malloc(2 * <size_t>ndim * sizeof(int64_t))
+            if self.heap_extents == NULL:
+                raise MemoryError()
+        self.t.ndim = ndim
+        self.t.shape = self.heap_extents if self.heap_extents != NULL else self.inline_extents
+        self.t.strides = self.t.shape + ndim
+        return 0
 
     cdef void hold(self, DLPackRefTensor* taken) noexcept:
-        """Keep `taken` (zero-copy) as this tensor's memory."""
+        """Keep `taken` (zero-copy) as this tensor's memory (set_ndim done)."""
         cdef const DLTensor* src = taken.dl_tensor
         self.imported = taken[0]
-        self.t = src[0]
-        self.t.shape = self.shape
-        self.t.strides = self.strides
-        memcpy(self.shape, src.shape, <size_t>src.ndim * sizeof(int64_t))
+        self.t.data = src.data
+        self.t.device = src.device
+        self.t.dtype = src.dtype
+        self.t.byte_offset = src.byte_offset
+        memcpy(self.t.shape, src.shape, <size_t>src.ndim * sizeof(int64_t))
         if src.strides != NULL:
-            memcpy(self.strides, src.strides, <size_t>src.ndim * sizeof(int64_t))
+            memcpy(self.t.strides, src.strides, <size_t>src.ndim * sizeof(int64_t))
         else:
-            row_major(self.strides, self.shape, src.ndim)
+            row_major(self.t.strides, self.t.shape, src.ndim)
         self.flags = taken.flags & (DLPACK_FLAG_BITMASK_READ_ONLY | DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED)
 
     @property
@@ -99,16 +115,16 @@ cdef Tensor copy_to_host(const DLTensor* src, uint64_t flags, type cls=Tensor):
     if not dlpack_ref_device_host_accessible(<int>src.device.device_type):
         raise BufferError("cython_adopter copies host-accessible memory only")
     cdef Tensor c = cls.__new__(cls)
-    c.t.ndim = src.ndim
+    c.set_ndim(src.ndim)
     c.t.dtype = src.dtype
     c.t.device.device_type = kDLCPU
     c.flags = flags & DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED
-    memcpy(c.shape, src.shape, <size_t>src.ndim * sizeof(int64_t))
-    row_major(c.strides, c.shape, src.ndim)
+    memcpy(c.t.shape, src.shape, <size_t>src.ndim * sizeof(int64_t))
+    row_major(c.t.strides, c.t.shape, src.ndim)
     c.own = c.t.data = malloc(<size_t>(n if n else 1))
     if c.own == NULL:
         raise MemoryError()
-    if src.strides == NULL or memcmp(src.strides, c.strides, <size_t>src.ndim * sizeof(int64_t)) == 0:
+    if src.strides == NULL or memcmp(src.strides, c.t.strides, <size_t>src.ndim * sizeof(int64_t)) == 0:
         memcpy(c.own, base, <size_t>n)
         return c
     if bits % 8:
@@ -181,6 +197,7 @@ cdef Tensor wrap_taken(DLPackRefTensor* taken):
         if not dlpack_ref_device_host_accessible(<int>taken.dl_tensor.device.device_type):
             raise BufferError("cython_adopter holds host-accessible memory only")
         r = Tensor.__new__(Tensor)
+        r.set_ndim(taken.dl_tensor.ndim)
     except BaseException:
         dlpack_ref_release(taken)
         raise
