@@ -428,6 +428,14 @@ static inline void dlpack_ref_api_fill(DLTensor* into, const DLTensor* t, int64_
     into->shape = storage;
     into->strides = storage + t->ndim;
     if (t->ndim == 0) return;
+    if (t->ndim <= 4 && t->strides != NULL) {
+        /* A few words: copied in place (a memcpy call costs more). */
+        for (i = 0; i < t->ndim; ++i) {
+            storage[i] = t->shape[i];
+            storage[t->ndim + i] = t->strides[i];
+        }
+        return;
+    }
     memcpy(storage, t->shape, (size_t)t->ndim * sizeof(int64_t));
     if (t->strides != NULL) {
         memcpy(storage + t->ndim, t->strides, (size_t)t->ndim * sizeof(int64_t));
@@ -1252,7 +1260,7 @@ typedef struct dlpack_ref_producer {
 
 /* The legacy capsule cannot say read-only, nor that sub-byte data is stored
  * one element per byte: BufferError naming the fix. */
-static inline int dlpack_ref_check_legacy_export(const DLTensor* t, uint64_t flags, PyObject* owner) {
+static inline int dlpack_ref_priv_refuse_legacy(const DLTensor* t, uint64_t flags, PyObject* owner) {
     PyObject* tn;
     int read_only = (flags & DLPACK_FLAG_BITMASK_READ_ONLY) != 0;
     int padded = (int64_t)t->dtype.bits * t->dtype.lanes < 8 && (flags & DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED);
@@ -1272,6 +1280,12 @@ static inline int dlpack_ref_check_legacy_export(const DLTensor* t, uint64_t fla
     }
     Py_DECREF(tn);
     return -1;
+}
+
+static inline int dlpack_ref_check_legacy_export(const DLTensor* t, uint64_t flags, PyObject* owner) {
+    /* The common case decided here, where the compiler inlines it. */
+    if (!(flags & (DLPACK_FLAG_BITMASK_READ_ONLY | DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED))) return 0;
+    return dlpack_ref_priv_refuse_legacy(t, flags, owner);
 }
 
 /* The CopyForbiddenError of copy=False when `target` cannot use memory on
