@@ -1108,9 +1108,8 @@ bad:
  * handle > 2; an object with `__cuda_stream__` stands for its handle (0 from
  * the protocol is the legacy default). 0 is ambiguous (ValueError); CPU and
  * other stream-less memory accept only None. `owner` names the array in
- * messages. python/dlpack_ref/_streams.py is the same rule for the core's
- * CUDA layer, which is Python; tests/test_vendor_header.py holds the two to
- * the same answers. */
+ * messages. The one place the rule is written: the core's CUDA layer, which
+ * is Python, calls it too (dlpack_ref._streams.stream_handle). */
 static inline int dlpack_ref_stream_value(PyObject* stream, int cuda_memory, DLDevice device, PyObject* owner,
                                           int64_t* out) {
     PyObject *proto, *info, *tn, *where;
@@ -1156,9 +1155,16 @@ static inline int dlpack_ref_stream_value(PyObject* stream, int cuda_memory, DLD
             return -1;
         }
         if (overflow > 0) {
-            /* A handle is a pointer: up to 2**64 - 1, kept as its bits. */
+            /* A handle is a pointer, kept as its 64 bits; 2**64 - 1 would read
+               as -1 (no sync), and more does not fit: both refused. */
             unsigned long long u = PyLong_AsUnsignedLongLong(stream);
-            if (u == (unsigned long long)-1 && PyErr_Occurred()) return -1;
+            if (u == (unsigned long long)-1) {
+                if (PyErr_Occurred() && !PyErr_ExceptionMatches(PyExc_OverflowError)) return -1;
+                PyErr_Clear();
+                PyErr_Format(PyExc_ValueError,
+                             "stream=%R is not valid: a CUstream handle is a 64-bit pointer below 2**64 - 1", stream);
+                return -1;
+            }
             *out = (int64_t)u;
             return 0;
         }
@@ -1184,7 +1190,8 @@ static inline int dlpack_ref_stream_value(PyObject* stream, int cuda_memory, DLD
         long long version = PyLong_AsLongLongAndOverflow(PyTuple_GET_ITEM(info, 0), &overflow);
         if (!overflow && version == 0) {
             unsigned long long handle = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(info, 1));
-            if (!(handle == (unsigned long long)-1 && PyErr_Occurred())) {
+            /* 2**64 - 1 would read as -1 (no sync): refused with the rest. */
+            if (handle != (unsigned long long)-1) {
                 Py_DECREF(info);
                 *out = handle == 0 ? 1 : (int64_t)handle;
                 return 0;
@@ -1196,8 +1203,8 @@ static inline int dlpack_ref_stream_value(PyObject* stream, int cuda_memory, DLD
     tn = dlpack_ref_priv_type_name(stream);
     if (tn != NULL) {
         PyErr_Format(PyExc_ValueError,
-                     "%U.__cuda_stream__() returned %R; expected (0, handle) with an int handle >= 0 (protocol "
-                     "version 0)", tn, info);
+                     "%U.__cuda_stream__() returned %R; expected (0, handle) with an int handle from 0 to "
+                     "2**64 - 2 (protocol version 0)", tn, info);
         Py_DECREF(tn);
     }
     Py_DECREF(info);
