@@ -132,3 +132,7 @@ def _stream_handle(stream):
     dlpack_ref_stream_value(stream, True, cuda, None, &value)
     # The header keeps a handle above 2**63 as its 64 bits; -1 is NO_SYNC.
     return value if value >= -1 else value + 2**64
+
+
+from dlpack_ref import _streams
+_streams.set_rule(_stream_handle)

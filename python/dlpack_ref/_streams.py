@@ -11,17 +11,28 @@ driver handle. CPU memory accepts only None.
 
 The rule itself is written once, in C (``dlpack_ref_stream_value`` of
 include/dlpack_ref.h, which the producer call and every vendoring library
-use); ``stream_handle`` asks the core for it. The core imports this module
-while it initializes, so the core is imported at the call, not here.
+use); ``stream_handle`` calls the core's binding of it, which the core
+registers when it loads (``set_rule``): this module imports nothing of
+dlpack-ref, so the core can import it.
 """
 
 from __future__ import annotations
 
-__all__ = ["LEGACY_STREAM", "PER_THREAD_STREAM", "NO_SYNC", "stream_handle"]
+__all__ = ["LEGACY_STREAM", "PER_THREAD_STREAM", "NO_SYNC", "set_rule", "stream_handle"]
 
 LEGACY_STREAM = 1        # CU_STREAM_LEGACY
 PER_THREAD_STREAM = 2    # CU_STREAM_PER_THREAD
 NO_SYNC = -1
+
+
+_rule = None
+
+
+def set_rule(rule) -> None:
+    """Register the core's ``_stream_handle`` (the header's C rule), which
+    ``stream_handle`` calls; the core does it once, when it loads."""
+    global _rule
+    _rule = rule
 
 
 def stream_handle(stream) -> int:
@@ -46,6 +57,4 @@ def stream_handle(stream) -> int:
     TypeError
         Any other type (bool included).
     """
-    from ._dlpack_ref import _stream_handle
-
-    return _stream_handle(stream)
+    return _rule(stream)
