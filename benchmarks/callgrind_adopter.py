@@ -4,7 +4,11 @@ NumPy, counted by callgrind exactly as callgrind_exchange.py counts (its
 cases and method are reused). The adopters are built first (-O2) from the
 vendored files into a temporary folder.
 
-    python benchmarks/callgrind_adopter.py [--loops N]
+    python benchmarks/callgrind_adopter.py [--loops N] [--clock]
+
+``--clock`` adds the wall-clock ratios of the same targets, interleaved
+(benchmarks/interleave.py: the compared calls alternate within every round
+and each keeps its minimum), beside the instruction counts.
 
 Targets (issue 18, item 4): an adopter's import costs at most
 numpy.from_dlpack of a NumPy array; its export at most ndarray.__dlpack__.
@@ -59,14 +63,49 @@ def build(folder: Path) -> None:
                        check=True)
 
 
+def clock(folder: Path, rounds: int = 31) -> None:
+    """Print the interleaved wall-clock ratio of each target."""
+    import importlib.util
+
+    from interleave import compare
+
+    import numpy as np
+
+    x = np.zeros(16, np.float32)
+    calls = {
+        "numpy.from_dlpack(numpy)": lambda: np.from_dlpack(x),
+        "ndarray.__dlpack__()": lambda: x.__dlpack__(),
+        "ndarray.__dlpack__(max_version)": lambda: x.__dlpack__(max_version=(1, 3)),
+    }
+    for name in ADOPTERS:
+        spec = importlib.util.spec_from_file_location(name, folder / (name + sysconfig.get_config_var("EXT_SUFFIX")))
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        t = module.make(2, 32, 1, (16,), bytes(64))
+        calls[f"{name}.from_dlpack(numpy)"] = lambda m=module: m.from_dlpack(x)
+        calls[f"{name}.Tensor.__dlpack__()"] = lambda t=t: t.__dlpack__()
+        calls[f"{name}.Tensor.__dlpack__(max_version)"] = lambda t=t: t.__dlpack__(max_version=(1, 3))
+    best = compare(calls, rounds=rounds)
+    print(f"\nwall clock, interleaved minimum of {rounds} rounds (ns per call):")
+    for case, reference, _ in TARGETS:
+        ours, theirs = best[case]["min_ns"], best[reference]["min_ns"]
+        print(f"{case:40s} {ours:7.0f} / {reference:32s} {theirs:7.0f} = {ours / theirs:5.2f}")
+
+
 def main(argv=None) -> int:
+    argv = list(argv or [])
+    with_clock = "--clock" in argv
+    if with_clock:
+        argv.remove("--clock")
     with tempfile.TemporaryDirectory() as tmp:
         build(Path(tmp))
+        if with_clock:
+            clock(Path(tmp))
         os.environ["PYTHONPATH"] = tmp + os.pathsep + os.environ.get("PYTHONPATH", "")
         cg.CASES.update(CASES)
         cg.TARGETS[:] = TARGETS
         names = sorted({n for t in TARGETS for n in t[:2]})
-        return cg.main([*(argv or []), "--only", *names,
+        return cg.main([*argv, "--only", *names,
                         "--json", os.path.join(HERE, "results", "callgrind_adopter.json")])
 
 

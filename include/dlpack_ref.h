@@ -428,6 +428,14 @@ static inline void dlpack_ref_api_fill(DLTensor* into, const DLTensor* t, int64_
     into->shape = storage;
     into->strides = storage + t->ndim;
     if (t->ndim == 0) return;
+    if (t->ndim <= 4 && t->strides != NULL) {
+        /* A few words: copied in place (a memcpy call costs more). */
+        for (i = 0; i < t->ndim; ++i) {
+            storage[i] = t->shape[i];
+            storage[t->ndim + i] = t->strides[i];
+        }
+        return;
+    }
     memcpy(storage, t->shape, (size_t)t->ndim * sizeof(int64_t));
     if (t->strides != NULL) {
         memcpy(storage + t->ndim, t->strides, (size_t)t->ndim * sizeof(int64_t));
@@ -1100,9 +1108,8 @@ bad:
  * handle > 2; an object with `__cuda_stream__` stands for its handle (0 from
  * the protocol is the legacy default). 0 is ambiguous (ValueError); CPU and
  * other stream-less memory accept only None. `owner` names the array in
- * messages. python/dlpack_ref/_streams.py is the same rule for the core's
- * CUDA layer, which is Python; tests/test_vendor_header.py holds the two to
- * the same answers. */
+ * messages. The one place the rule is written: the core's CUDA layer, which
+ * is Python, calls it too (dlpack_ref._streams.stream_handle). */
 static inline int dlpack_ref_stream_value(PyObject* stream, int cuda_memory, DLDevice device, PyObject* owner,
                                           int64_t* out) {
     PyObject *proto, *info, *tn, *where;
@@ -1148,9 +1155,16 @@ static inline int dlpack_ref_stream_value(PyObject* stream, int cuda_memory, DLD
             return -1;
         }
         if (overflow > 0) {
-            /* A handle is a pointer: up to 2**64 - 1, kept as its bits. */
+            /* A handle is a pointer, kept as its 64 bits; 2**64 - 1 would read
+               as -1 (no sync), and more does not fit: both refused. */
             unsigned long long u = PyLong_AsUnsignedLongLong(stream);
-            if (u == (unsigned long long)-1 && PyErr_Occurred()) return -1;
+            if (u == (unsigned long long)-1) {
+                if (PyErr_Occurred() && !PyErr_ExceptionMatches(PyExc_OverflowError)) return -1;
+                PyErr_Clear();
+                PyErr_Format(PyExc_ValueError,
+                             "stream=%R is not valid: a CUstream handle is a 64-bit pointer below 2**64 - 1", stream);
+                return -1;
+            }
             *out = (int64_t)u;
             return 0;
         }
@@ -1176,7 +1190,8 @@ static inline int dlpack_ref_stream_value(PyObject* stream, int cuda_memory, DLD
         long long version = PyLong_AsLongLongAndOverflow(PyTuple_GET_ITEM(info, 0), &overflow);
         if (!overflow && version == 0) {
             unsigned long long handle = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(info, 1));
-            if (!(handle == (unsigned long long)-1 && PyErr_Occurred())) {
+            /* 2**64 - 1 would read as -1 (no sync): refused with the rest. */
+            if (handle != (unsigned long long)-1) {
                 Py_DECREF(info);
                 *out = handle == 0 ? 1 : (int64_t)handle;
                 return 0;
@@ -1188,8 +1203,8 @@ static inline int dlpack_ref_stream_value(PyObject* stream, int cuda_memory, DLD
     tn = dlpack_ref_priv_type_name(stream);
     if (tn != NULL) {
         PyErr_Format(PyExc_ValueError,
-                     "%U.__cuda_stream__() returned %R; expected (0, handle) with an int handle >= 0 (protocol "
-                     "version 0)", tn, info);
+                     "%U.__cuda_stream__() returned %R; expected (0, handle) with an int handle from 0 to "
+                     "2**64 - 2 (protocol version 0)", tn, info);
         Py_DECREF(tn);
     }
     Py_DECREF(info);
@@ -1252,7 +1267,7 @@ typedef struct dlpack_ref_producer {
 
 /* The legacy capsule cannot say read-only, nor that sub-byte data is stored
  * one element per byte: BufferError naming the fix. */
-static inline int dlpack_ref_check_legacy_export(const DLTensor* t, uint64_t flags, PyObject* owner) {
+static inline int dlpack_ref_priv_refuse_legacy(const DLTensor* t, uint64_t flags, PyObject* owner) {
     PyObject* tn;
     int read_only = (flags & DLPACK_FLAG_BITMASK_READ_ONLY) != 0;
     int padded = (int64_t)t->dtype.bits * t->dtype.lanes < 8 && (flags & DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED);
@@ -1272,6 +1287,12 @@ static inline int dlpack_ref_check_legacy_export(const DLTensor* t, uint64_t fla
     }
     Py_DECREF(tn);
     return -1;
+}
+
+static inline int dlpack_ref_check_legacy_export(const DLTensor* t, uint64_t flags, PyObject* owner) {
+    /* The common case decided here, where the compiler inlines it. */
+    if (!(flags & (DLPACK_FLAG_BITMASK_READ_ONLY | DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED))) return 0;
+    return dlpack_ref_priv_refuse_legacy(t, flags, owner);
 }
 
 /* The CopyForbiddenError of copy=False when `target` cannot use memory on
