@@ -1,10 +1,14 @@
-"""Instructions per call of the plain C example adopter
-(tests/adopters/c_adopter.c, which goes through include/dlpack_ref.h) beside
+"""Instructions per call of the three example adopters (tests/adopters/:
+plain C, C++17 and Cython, each going through include/dlpack_ref.h) beside
 NumPy, counted by callgrind exactly as callgrind_exchange.py counts (its
-cases and method are reused). The adopter is built first from the three
-vendored headers into a temporary folder.
+cases and method are reused). The adopters are built first (-O2) from the
+vendored files into a temporary folder.
 
-    python benchmarks/callgrind_adopter.py [--loops N]
+    python benchmarks/callgrind_adopter.py [--loops N] [--clock]
+
+``--clock`` adds the wall-clock ratios of the same targets, interleaved
+(benchmarks/interleave.py: the compared calls alternate within every round
+and each keeps its minimum), beside the instruction counts.
 
 Targets (issue 18, item 4): an adopter's import costs at most
 numpy.from_dlpack of a NumPy array; its export at most ndarray.__dlpack__.
@@ -26,41 +30,82 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import callgrind_exchange as cg  # noqa: E402
 
-CASES = {
-    "c_adopter.from_dlpack(numpy)": ("import numpy as np, c_adopter\nx = np.zeros(16, np.float32)",
-                                     "c_adopter.from_dlpack(x)"),
-    "c_adopter.Tensor.__dlpack__()": (
-        "import numpy as np, c_adopter\nt = c_adopter.make(2, 32, 1, (16,), bytes(64))", "t.__dlpack__()"),
-    "c_adopter.Tensor.__dlpack__(max_version)": (
-        "import numpy as np, c_adopter\nt = c_adopter.make(2, 32, 1, (16,), bytes(64))",
-        "t.__dlpack__(max_version=(1, 3))"),
-    "ndarray.__dlpack__(max_version)": ("import numpy as np\nx = np.zeros(16, np.float32)",
-                                        "x.__dlpack__(max_version=(1, 3))"),
-}
-TARGETS = [
-    ("c_adopter.from_dlpack(numpy)", "numpy.from_dlpack(numpy)", 1.0),
-    ("c_adopter.Tensor.__dlpack__()", "ndarray.__dlpack__()", 1.0),
-    ("c_adopter.Tensor.__dlpack__(max_version)", "ndarray.__dlpack__(max_version)", 1.0),
-]
+ADOPTERS = ("c_adopter", "cpp_adopter", "cython_adopter")
+CASES, TARGETS = {}, []
+for _a in ADOPTERS:
+    _made = f"import numpy as np, {_a}\nt = {_a}.make(2, 32, 1, (16,), bytes(64))"
+    CASES[f"{_a}.from_dlpack(numpy)"] = (f"import numpy as np, {_a}\nx = np.zeros(16, np.float32)",
+                                         f"{_a}.from_dlpack(x)")
+    CASES[f"{_a}.Tensor.__dlpack__()"] = (_made, "t.__dlpack__()")
+    CASES[f"{_a}.Tensor.__dlpack__(max_version)"] = (_made, "t.__dlpack__(max_version=(1, 3))")
+    TARGETS += [(f"{_a}.from_dlpack(numpy)", "numpy.from_dlpack(numpy)", 1.0),
+                (f"{_a}.Tensor.__dlpack__()", "ndarray.__dlpack__()", 1.0),
+                (f"{_a}.Tensor.__dlpack__(max_version)", "ndarray.__dlpack__(max_version)", 1.0)]
+CASES["ndarray.__dlpack__(max_version)"] = ("import numpy as np\nx = np.zeros(16, np.float32)",
+                                            "x.__dlpack__(max_version=(1, 3))")
 
 
 def build(folder: Path) -> None:
-    for name in ("dlpack.h", "dlpack_ref.h", "dlpack_ref_tables.h"):
+    """The three adopters in `folder`, from the vendored files alone, -O2."""
+    vendored = ("dlpack.h", "dlpack_ref.h", "dlpack_ref_tables.h", "dlpack.pxd", "dlpack_ref_api.pxd")
+    for name in vendored:
         shutil.copy(Path(dlpack_ref.get_include(), name), folder / name)
+    sources = HERE.parent / "tests" / "adopters"
+    shutil.copy(sources / "cython_adopter.pyx", folder / "cython_adopter.pyx")
+    subprocess.run([sys.executable, "-m", "cython", "-3", f"-I{folder}", str(folder / "cython_adopter.pyx")],
+                   check=True)
     cc = (sysconfig.get_config_var("CC") or "cc").split()
-    subprocess.run([*cc, "-shared", "-fPIC", "-O2", "-std=c99", "-isystem", sysconfig.get_paths()["include"],
-                    f"-I{folder}", str(HERE.parent / "tests" / "adopters" / "c_adopter.c"), "-o",
-                    str(folder / ("c_adopter" + sysconfig.get_config_var("EXT_SUFFIX")))], check=True)
+    for name, compiler, source in [("c_adopter", [*cc, "-std=c99"], sources / "c_adopter.c"),
+                                   ("cpp_adopter", ["g++", "-std=c++17"], sources / "cpp_adopter.cpp"),
+                                   ("cython_adopter", cc, folder / "cython_adopter.c")]:
+        subprocess.run([*compiler, "-shared", "-fPIC", "-O2", "-isystem", sysconfig.get_paths()["include"],
+                        f"-I{folder}", str(source), "-o", str(folder / (name + sysconfig.get_config_var("EXT_SUFFIX")))],
+                       check=True)
+
+
+def clock(folder: Path, rounds: int = 31) -> None:
+    """Print the interleaved wall-clock ratio of each target."""
+    import importlib.util
+
+    from interleave import compare
+
+    import numpy as np
+
+    x = np.zeros(16, np.float32)
+    calls = {
+        "numpy.from_dlpack(numpy)": lambda: np.from_dlpack(x),
+        "ndarray.__dlpack__()": lambda: x.__dlpack__(),
+        "ndarray.__dlpack__(max_version)": lambda: x.__dlpack__(max_version=(1, 3)),
+    }
+    for name in ADOPTERS:
+        spec = importlib.util.spec_from_file_location(name, folder / (name + sysconfig.get_config_var("EXT_SUFFIX")))
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        t = module.make(2, 32, 1, (16,), bytes(64))
+        calls[f"{name}.from_dlpack(numpy)"] = lambda m=module: m.from_dlpack(x)
+        calls[f"{name}.Tensor.__dlpack__()"] = lambda t=t: t.__dlpack__()
+        calls[f"{name}.Tensor.__dlpack__(max_version)"] = lambda t=t: t.__dlpack__(max_version=(1, 3))
+    best = compare(calls, rounds=rounds)
+    print(f"\nwall clock, interleaved minimum of {rounds} rounds (ns per call):")
+    for case, reference, _ in TARGETS:
+        ours, theirs = best[case]["min_ns"], best[reference]["min_ns"]
+        print(f"{case:40s} {ours:7.0f} / {reference:32s} {theirs:7.0f} = {ours / theirs:5.2f}")
 
 
 def main(argv=None) -> int:
+    argv = list(argv or [])
+    with_clock = "--clock" in argv
+    if with_clock:
+        argv.remove("--clock")
     with tempfile.TemporaryDirectory() as tmp:
         build(Path(tmp))
+        if with_clock:
+            clock(Path(tmp))
         os.environ["PYTHONPATH"] = tmp + os.pathsep + os.environ.get("PYTHONPATH", "")
         cg.CASES.update(CASES)
         cg.TARGETS[:] = TARGETS
         names = sorted({n for t in TARGETS for n in t[:2]})
-        return cg.main([*(argv or []), "--only", *names,
+        return cg.main([*argv, "--only", *names,
                         "--json", os.path.join(HERE, "results", "callgrind_adopter.json")])
 
 

@@ -39,6 +39,8 @@
 
 #include <Python.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include "dlpack.h"
 #include "dlpack_ref_tables.h"
@@ -426,6 +428,14 @@ static inline void dlpack_ref_api_fill(DLTensor* into, const DLTensor* t, int64_
     into->shape = storage;
     into->strides = storage + t->ndim;
     if (t->ndim == 0) return;
+    if (t->ndim <= 4 && t->strides != NULL) {
+        /* A few words: copied in place (a memcpy call costs more). */
+        for (i = 0; i < t->ndim; ++i) {
+            storage[i] = t->shape[i];
+            storage[t->ndim + i] = t->strides[i];
+        }
+        return;
+    }
     memcpy(storage, t->shape, (size_t)t->ndim * sizeof(int64_t));
     if (t->strides != NULL) {
         memcpy(storage + t->ndim, t->strides, (size_t)t->ndim * sizeof(int64_t));
@@ -699,6 +709,189 @@ failed:
     return NULL;
 }
 
+/* --- fast calls: interned names, memoized method and table lookups ---------
+ * The consumer's hot path (and dlpack-ref's core, which calls these same
+ * functions) looks nothing up by C string and builds no keyword dict. */
+
+/* The Python names and constants of the protocol, interned once per
+ * translation unit (borrowed references; NULL with an error set). Made
+ * under the GIL, or, free-threaded, under a lock. */
+typedef struct dlpack_ref_names {
+    PyObject* dlpack;            /* "__dlpack__" */
+    PyObject* dlpack_device;     /* "__dlpack_device__" */
+    PyObject* exchange_api;      /* "__dlpack_c_exchange_api__" */
+    PyObject* stream;
+    PyObject* max_version;
+    PyObject* dl_device;
+    PyObject* copy;
+    PyObject* device;
+    PyObject* version;           /* (DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION) */
+    PyObject* kw_max_version;    /* ("max_version",) */
+} dlpack_ref_names;
+
+static dlpack_ref_names dlpack_ref_priv_names_;
+static int dlpack_ref_priv_names_ready = 0;
+
+static inline int dlpack_ref_priv_make_names(dlpack_ref_names* n) {
+    n->dlpack = PyUnicode_InternFromString("__dlpack__");
+    n->dlpack_device = PyUnicode_InternFromString("__dlpack_device__");
+    n->exchange_api = PyUnicode_InternFromString("__dlpack_c_exchange_api__");
+    n->stream = PyUnicode_InternFromString("stream");
+    n->max_version = PyUnicode_InternFromString("max_version");
+    n->dl_device = PyUnicode_InternFromString("dl_device");
+    n->copy = PyUnicode_InternFromString("copy");
+    n->device = PyUnicode_InternFromString("device");
+    n->version = Py_BuildValue("(ii)", DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION);
+    n->kw_max_version = n->max_version == NULL ? NULL : PyTuple_Pack(1, n->max_version);
+    if (n->dlpack && n->dlpack_device && n->exchange_api && n->stream && n->max_version && n->dl_device && n->copy
+            && n->device && n->version && n->kw_max_version)
+        return 0;
+    Py_CLEAR(n->dlpack); Py_CLEAR(n->dlpack_device); Py_CLEAR(n->exchange_api); Py_CLEAR(n->stream);
+    Py_CLEAR(n->max_version); Py_CLEAR(n->dl_device); Py_CLEAR(n->copy); Py_CLEAR(n->device); Py_CLEAR(n->version);
+    Py_CLEAR(n->kw_max_version);
+    return -1;
+}
+
+static inline const dlpack_ref_names* dlpack_ref_protocol_names(void) {
+#ifdef Py_GIL_DISABLED
+    static PyMutex lock;   /* zero-initialized: unlocked */
+    int ok;
+    PyMutex_Lock(&lock);
+    ok = dlpack_ref_priv_names_ready || dlpack_ref_priv_make_names(&dlpack_ref_priv_names_) == 0;
+    if (ok) dlpack_ref_priv_names_ready = 1;
+    PyMutex_Unlock(&lock);
+    return ok ? &dlpack_ref_priv_names_ : NULL;
+#else
+    if (!dlpack_ref_priv_names_ready) {
+        if (dlpack_ref_priv_make_names(&dlpack_ref_priv_names_) < 0) return NULL;
+        dlpack_ref_priv_names_ready = 1;
+    }
+    return &dlpack_ref_priv_names_;
+#endif
+}
+
+/* Memos of per-type lookups. CPython renews a type's version tag on every
+ * change to it or a base, so an equal nonzero tag means the same lookup
+ * result. _PyType_Lookup and tp_version_tag are CPython internals, so the
+ * memos are compiled only for the versions dlpack-ref's CI runs them on
+ * (3.11 to 3.15; tests/test_capsules.py checks that a changed type, an
+ * instance attribute and __getattr__ are all honoured) and only in GIL
+ * builds, where the memo is written under the GIL; elsewhere every call
+ * looks up afresh. */
+#if !defined(Py_GIL_DISABLED) && !defined(Py_LIMITED_API) && PY_VERSION_HEX >= 0x030B0000 \
+    && PY_VERSION_HEX < 0x03100000
+#define DLPACK_REF_TYPE_MEMO 1
+#endif
+
+/* The last type a method was called on and what its type gave. Zero-init. */
+typedef struct dlpack_ref_method_memo {
+    PyTypeObject* type;
+    unsigned int tag;
+    PyObject* method;
+} dlpack_ref_method_memo;
+
+/* args[0].name(*args[1:nargs], kwnames...) as PyObject_VectorcallMethod
+ * calls it (nargs counts args[0]; kwnames NULL or a tuple, their values
+ * after the positional ones), with the attribute found on the type kept
+ * in `memo` for as long as the type is unchanged. Only types whose
+ * attribute lookup is the generic one and whose instances have no __dict__
+ * are memoized (then the type's method is what x.name gives). */
+static inline PyObject* dlpack_ref_call_method(dlpack_ref_method_memo* memo, PyObject* name, PyObject* const* args,
+                                               size_t nargs, PyObject* kwnames) {
+#ifdef DLPACK_REF_TYPE_MEMO
+    PyTypeObject* tp = Py_TYPE(args[0]);
+    PyObject *m, *r;
+    if (tp == memo->type && memo->tag != 0 && tp->tp_version_tag == memo->tag) {
+        m = memo->method;
+    } else if (tp->tp_getattro == PyObject_GenericGetAttr && tp->tp_dictoffset == 0
+               && !PyType_HasFeature(tp, Py_TPFLAGS_MANAGED_DICT)) {
+        PyObject *old_method, *old_type;
+        m = _PyType_Lookup(tp, name);   /* borrowed; gives tp a version tag */
+        if (m == NULL || !PyType_HasFeature(Py_TYPE(m), Py_TPFLAGS_METHOD_DESCRIPTOR) || tp->tp_version_tag == 0)
+            return PyObject_VectorcallMethod(name, (PyObject* const*)args, nargs, kwnames);
+        old_method = memo->method;
+        old_type = (PyObject*)memo->type;
+        Py_INCREF(m);
+        Py_INCREF(tp);
+        memo->type = tp;
+        memo->tag = tp->tp_version_tag;
+        memo->method = m;
+        Py_XDECREF(old_method);
+        Py_XDECREF(old_type);
+    } else {
+        return PyObject_VectorcallMethod(name, (PyObject* const*)args, nargs, kwnames);
+    }
+    Py_INCREF(m);   /* the call may change the type and drop the memo's reference */
+    r = PyObject_Vectorcall(m, args, nargs, kwnames);
+    Py_DECREF(m);
+    return r;
+#else
+    (void)memo;
+    return PyObject_VectorcallMethod(name, (PyObject* const*)args, nargs, kwnames);
+#endif
+}
+
+/* Whether a __dlpack_device__ answer is a (device_type, device_id) tuple of
+ * ints equal to `device`; 0 for anything else, which the full check then
+ * reads (no error is left set). */
+static inline int dlpack_ref_device_answer_is(PyObject* answer, DLDevice device) {
+    PyObject *t, *i;
+    int overflow = 0;
+    long long tv, iv;
+    if (!PyTuple_CheckExact(answer) || PyTuple_GET_SIZE(answer) != 2) return 0;
+    t = PyTuple_GET_ITEM(answer, 0);
+    i = PyTuple_GET_ITEM(answer, 1);
+    if (!PyLong_Check(t) || PyBool_Check(t) || !PyLong_CheckExact(i)) return 0;
+    tv = PyLong_AsLongLongAndOverflow(t, &overflow);
+    if (overflow || (tv == -1 && PyErr_Occurred())) { PyErr_Clear(); return 0; }
+    iv = PyLong_AsLongLongAndOverflow(i, &overflow);
+    if (overflow || (iv == -1 && PyErr_Occurred())) { PyErr_Clear(); return 0; }
+    return tv == (long long)device.device_type && iv == (long long)device.device_id;
+}
+
+/* The last type whose exchange table was asked for, and the answer. */
+typedef struct dlpack_ref_api_memo {
+    PyTypeObject* type;
+    unsigned int tag;
+    unsigned int meta_tag;   /* of type(type): attributes of a type are read through its metaclass too */
+    const DLPackExchangeAPI* api;
+} dlpack_ref_api_memo;
+
+/* dlpack_ref_exchange_api(tp), kept in `memo` while tp and its metaclass are
+ * unchanged (memoized only where the metaclass reads attributes as `type`
+ * does). */
+static inline const DLPackExchangeAPI* dlpack_ref_exchange_api_memo(dlpack_ref_api_memo* memo, PyTypeObject* tp) {
+#ifdef DLPACK_REF_TYPE_MEMO
+    const dlpack_ref_names* names;
+    PyTypeObject* meta = Py_TYPE(tp);
+    const DLPackExchangeAPI* api;
+    unsigned int tag, meta_tag;
+    if (tp == memo->type && memo->tag != 0 && tp->tp_version_tag == memo->tag && meta->tp_version_tag == memo->meta_tag)
+        return memo->api;
+    if (meta->tp_getattro != PyType_Type.tp_getattro || (names = dlpack_ref_protocol_names()) == NULL)
+        return dlpack_ref_exchange_api((PyObject*)tp);
+    (void)_PyType_Lookup(tp, names->exchange_api);     /* borrowed; assigns the version tags */
+    (void)_PyType_Lookup(meta, names->exchange_api);
+    tag = tp->tp_version_tag;
+    meta_tag = meta->tp_version_tag;
+    api = dlpack_ref_exchange_api((PyObject*)tp);
+    if (api == NULL && PyErr_Occurred()) return NULL;
+    if (tag != 0 && meta_tag != 0 && tp->tp_version_tag == tag && meta->tp_version_tag == meta_tag) {
+        PyTypeObject* old = memo->type;
+        Py_INCREF(tp);
+        memo->type = tp;
+        memo->tag = tag;
+        memo->meta_tag = meta_tag;
+        memo->api = api;
+        Py_XDECREF(old);
+    }
+    return api;
+#else
+    (void)memo;
+    return dlpack_ref_exchange_api((PyObject*)tp);
+#endif
+}
+
 /* --- calls into another library's exchange table ------------------------------
  * Each function of a table is called through these, which hand back its
  * status as a plain int: a table may return nonzero with no exception set, or
@@ -915,9 +1108,8 @@ bad:
  * handle > 2; an object with `__cuda_stream__` stands for its handle (0 from
  * the protocol is the legacy default). 0 is ambiguous (ValueError); CPU and
  * other stream-less memory accept only None. `owner` names the array in
- * messages. python/dlpack_ref/_streams.py is the same rule for the core's
- * CUDA layer, which is Python; tests/test_vendor_header.py holds the two to
- * the same answers. */
+ * messages. The one place the rule is written: the core's CUDA layer, which
+ * is Python, calls it too (dlpack_ref._streams.stream_handle). */
 static inline int dlpack_ref_stream_value(PyObject* stream, int cuda_memory, DLDevice device, PyObject* owner,
                                           int64_t* out) {
     PyObject *proto, *info, *tn, *where;
@@ -963,9 +1155,16 @@ static inline int dlpack_ref_stream_value(PyObject* stream, int cuda_memory, DLD
             return -1;
         }
         if (overflow > 0) {
-            /* A handle is a pointer: up to 2**64 - 1, kept as its bits. */
+            /* A handle is a pointer, kept as its 64 bits; 2**64 - 1 would read
+               as -1 (no sync), and more does not fit: both refused. */
             unsigned long long u = PyLong_AsUnsignedLongLong(stream);
-            if (u == (unsigned long long)-1 && PyErr_Occurred()) return -1;
+            if (u == (unsigned long long)-1) {
+                if (PyErr_Occurred() && !PyErr_ExceptionMatches(PyExc_OverflowError)) return -1;
+                PyErr_Clear();
+                PyErr_Format(PyExc_ValueError,
+                             "stream=%R is not valid: a CUstream handle is a 64-bit pointer below 2**64 - 1", stream);
+                return -1;
+            }
             *out = (int64_t)u;
             return 0;
         }
@@ -991,7 +1190,8 @@ static inline int dlpack_ref_stream_value(PyObject* stream, int cuda_memory, DLD
         long long version = PyLong_AsLongLongAndOverflow(PyTuple_GET_ITEM(info, 0), &overflow);
         if (!overflow && version == 0) {
             unsigned long long handle = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(info, 1));
-            if (!(handle == (unsigned long long)-1 && PyErr_Occurred())) {
+            /* 2**64 - 1 would read as -1 (no sync): refused with the rest. */
+            if (handle != (unsigned long long)-1) {
                 Py_DECREF(info);
                 *out = handle == 0 ? 1 : (int64_t)handle;
                 return 0;
@@ -1003,8 +1203,8 @@ static inline int dlpack_ref_stream_value(PyObject* stream, int cuda_memory, DLD
     tn = dlpack_ref_priv_type_name(stream);
     if (tn != NULL) {
         PyErr_Format(PyExc_ValueError,
-                     "%U.__cuda_stream__() returned %R; expected (0, handle) with an int handle >= 0 (protocol "
-                     "version 0)", tn, info);
+                     "%U.__cuda_stream__() returned %R; expected (0, handle) with an int handle from 0 to "
+                     "2**64 - 2 (protocol version 0)", tn, info);
         Py_DECREF(tn);
     }
     Py_DECREF(info);
@@ -1067,7 +1267,7 @@ typedef struct dlpack_ref_producer {
 
 /* The legacy capsule cannot say read-only, nor that sub-byte data is stored
  * one element per byte: BufferError naming the fix. */
-static inline int dlpack_ref_check_legacy_export(const DLTensor* t, uint64_t flags, PyObject* owner) {
+static inline int dlpack_ref_priv_refuse_legacy(const DLTensor* t, uint64_t flags, PyObject* owner) {
     PyObject* tn;
     int read_only = (flags & DLPACK_FLAG_BITMASK_READ_ONLY) != 0;
     int padded = (int64_t)t->dtype.bits * t->dtype.lanes < 8 && (flags & DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED);
@@ -1089,6 +1289,12 @@ static inline int dlpack_ref_check_legacy_export(const DLTensor* t, uint64_t fla
     return -1;
 }
 
+static inline int dlpack_ref_check_legacy_export(const DLTensor* t, uint64_t flags, PyObject* owner) {
+    /* The common case decided here, where the compiler inlines it. */
+    if (!(flags & (DLPACK_FLAG_BITMASK_READ_ONLY | DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED))) return 0;
+    return dlpack_ref_priv_refuse_legacy(t, flags, owner);
+}
+
 /* The CopyForbiddenError of copy=False when `target` cannot use memory on
  * `mem` in place (returns -1). */
 static inline int dlpack_ref_refuse_copy(DLDevice mem, DLDevice target, int importing) {
@@ -1106,6 +1312,13 @@ static inline int dlpack_ref_refuse_copy(DLDevice mem, DLDevice target, int impo
     Py_XDECREF(a);
     Py_XDECREF(b);
     return -1;
+}
+
+/* The flags an in-place export of `p` carries: READ_ONLY for a read-only
+ * array, IS_SUBBYTE_TYPE_PADDED as described (the table's export uses the
+ * same, so the two cannot disagree). */
+static inline uint64_t dlpack_ref_priv_export_flags(const dlpack_ref_producer* p) {
+    return (p->flags & DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED) | (p->read_only ? DLPACK_FLAG_BITMASK_READ_ONLY : 0);
 }
 
 /* __dlpack__(*, stream=None, max_version=None, dl_device=None, copy=None)
@@ -1132,8 +1345,7 @@ static inline PyObject* dlpack_ref_producer_export(const dlpack_ref_producer* p,
            order (not CUDA-family memory, or no order callback) nothing is left
            to decide but the legacy capsule's limits. */
         if (!(dlpack_ref_device_cuda_family((int32_t)p->tensor.device.device_type) && p->order != NULL)) {
-            flags = (p->flags & DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED)
-                    | (p->read_only ? DLPACK_FLAG_BITMASK_READ_ONLY : 0);
+            flags = dlpack_ref_priv_export_flags(p);
             if (dlpack_ref_check_legacy_export(&p->tensor, flags, owner) < 0) return NULL;
             return dlpack_ref_export_legacy(&p->tensor, owner);
         }
@@ -1143,7 +1355,7 @@ static inline PyObject* dlpack_ref_producer_export(const dlpack_ref_producer* p,
     cuda_family = dlpack_ref_device_cuda_family((int32_t)p->tensor.device.device_type);
     if (stream != Py_None && dlpack_ref_stream_value(stream, cuda_family, p->tensor.device, owner, &stream_value) < 0)
         return NULL;
-    flags = (p->flags & DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED) | (p->read_only ? DLPACK_FLAG_BITMASK_READ_ONLY : 0);
+    flags = dlpack_ref_priv_export_flags(p);
     if (dl_device == Py_None && copy != Py_True) {
         if (cuda_family && p->order != NULL && stream_value != -1
                 && p->order(p->ctx, &p->tensor, stream, stream_value) < 0)
@@ -1187,26 +1399,63 @@ static inline PyObject* dlpack_ref_producer_export(const dlpack_ref_producer* p,
     return capsule;
 }
 
-/* The same call for a method defined with METH_VARARGS | METH_KEYWORDS: the
- * four arguments are keyword-only. */
+/* Which of __dlpack__'s four keyword-only arguments `key` names: 0 stream,
+ * 1 max_version, 2 dl_device, 3 copy; -1 with the TypeError of an unknown
+ * keyword. Interned names (what Python passes) are matched by pointer. */
+static inline int dlpack_ref_priv_dlpack_arg(const dlpack_ref_names* n, PyObject* key) {
+    PyObject* known[4];
+    int i;
+    known[0] = n->stream;
+    known[1] = n->max_version;
+    known[2] = n->dl_device;
+    known[3] = n->copy;
+    for (i = 0; i < 4; ++i)
+        if (key == known[i]) return i;
+    for (i = 0; i < 4; ++i)
+        if (PyUnicode_Check(key) && PyUnicode_Compare(key, known[i]) == 0) return i;
+    if (PyErr_Occurred()) return -1;
+    PyErr_Format(PyExc_TypeError, "__dlpack__() got an unexpected keyword argument %R", key);
+    return -1;
+}
+
+static inline PyObject* dlpack_ref_priv_no_positional(Py_ssize_t nargs) {
+    PyErr_Format(PyExc_TypeError, "__dlpack__() takes no positional arguments (%zd given)", nargs);
+    return NULL;
+}
+
+/* The producer call for a method defined with METH_VARARGS | METH_KEYWORDS:
+ * the four arguments are keyword-only. */
 static inline PyObject* dlpack_ref_producer_dlpack(const dlpack_ref_producer* p, PyObject* args, PyObject* kwargs) {
-    static const char* names[] = {"stream", "max_version", "dl_device", "copy", NULL};
+    const dlpack_ref_names* n = dlpack_ref_protocol_names();
     PyObject* v[4] = {Py_None, Py_None, Py_None, Py_None};
     Py_ssize_t pos = 0;
     PyObject *key, *value;
     int i;
-    if (args != NULL && PyTuple_GET_SIZE(args) != 0) {
-        PyErr_Format(PyExc_TypeError, "__dlpack__() takes no positional arguments (%zd given)", PyTuple_GET_SIZE(args));
-        return NULL;
-    }
+    if (n == NULL) return NULL;
+    if (args != NULL && PyTuple_GET_SIZE(args) != 0) return dlpack_ref_priv_no_positional(PyTuple_GET_SIZE(args));
     while (kwargs != NULL && PyDict_Next(kwargs, &pos, &key, &value)) {
-        for (i = 0; i < 4; ++i)
-            if (PyUnicode_Check(key) && PyUnicode_CompareWithASCIIString(key, names[i]) == 0) break;
-        if (i == 4) {
-            PyErr_Format(PyExc_TypeError, "__dlpack__() got an unexpected keyword argument %R", key);
-            return NULL;
-        }
+        if ((i = dlpack_ref_priv_dlpack_arg(n, key)) < 0) return NULL;
         v[i] = value;
+    }
+    return dlpack_ref_producer_export(p, v[0], v[1], v[2], v[3]);
+}
+
+/* The same call for a method defined with METH_FASTCALL | METH_KEYWORDS
+ * (vectorcall: no argument tuple or keyword dict is built), the faster
+ * entry: `args`, `nargs` and `kwnames` as the method receives them. */
+static inline PyObject* dlpack_ref_producer_dlpack_fast(const dlpack_ref_producer* p, PyObject* const* args,
+                                                        Py_ssize_t nargs, PyObject* kwnames) {
+    const dlpack_ref_names* n;
+    PyObject* v[4] = {Py_None, Py_None, Py_None, Py_None};
+    Py_ssize_t k, nk;
+    int i;
+    if (nargs != 0) return dlpack_ref_priv_no_positional(nargs);
+    if (kwnames != NULL && (nk = PyTuple_GET_SIZE(kwnames)) != 0) {
+        if ((n = dlpack_ref_protocol_names()) == NULL) return NULL;
+        for (k = 0; k < nk; ++k) {
+            if ((i = dlpack_ref_priv_dlpack_arg(n, PyTuple_GET_ITEM(kwnames, k))) < 0) return NULL;
+            v[i] = args[k];
+        }
     }
     return dlpack_ref_producer_export(p, v[0], v[1], v[2], v[3]);
 }
@@ -1253,36 +1502,297 @@ static inline PyObject* dlpack_ref_dlpack_device(DLDevice device) {
     return result;
 }
 
+/* --- the exchange-table builder: __dlpack_c_exchange_api__ of an adopter's type ---
+ * A DLPack 1.3 `DLPackExchangeAPI` for the adopter's own type, built from the
+ * same description its `__dlpack__` uses, so the table and `__dlpack__` cannot
+ * disagree. Table functions get no context argument, so each adopter type has
+ * one static spec and one static table, which DLPACK_REF_EXCHANGE_TABLE
+ * defines:
+ *
+ *     static dlpack_ref_exchange_spec tensor_spec = {
+ *         &TensorType,      // objects of this type (and subclasses)
+ *         describe,         // int describe(PyObject* obj, dlpack_ref_producer* out)
+ *         wrap,             // PyObject* wrap(DLPackRefTensor* taken)
+ *         NULL,             // allocator: NULL = host memory of the builder's
+ *         NULL};            // current_work_stream: NULL = "no stream" (NULL)
+ *     DLPACK_REF_EXCHANGE_TABLE(tensor_api, tensor_spec);
+ *     ... in the module's init, after PyType_Ready:
+ *     dlpack_ref_publish_exchange_api(&TensorType, &tensor_api);
+ *
+ * The table (header 1.3, prev_api NULL) reports errors as dlpack-ref's own
+ * table does (docs/exchange_api.md): the four Python-object functions set a
+ * Python exception and return -1 (they are called with the GIL held, or an
+ * attached thread state); the allocator touches no Python and reports
+ * through SetError(ctx, kind, message), kind the Python exception name. The
+ * spec and table are written before they are published and only read
+ * after, so any number of threads may use the table at once (free threading
+ * included). */
+
+/* What an adopter type tells the builder. */
+typedef struct dlpack_ref_exchange_spec {
+    /* The adopter's type: the table exports and views its instances (and its
+       subclasses'), a TypeError for anything else. A heap type's pointer is
+       stored here in the module's init, before publishing. */
+    PyTypeObject* type;
+    /* Fill *out for `obj` exactly as the type's __dlpack__ does before
+       calling dlpack_ref_producer_dlpack(_fast): one description for both.
+       Its shape and strides pointers must stay valid while `obj` lives (the
+       view borrows them). 0, or -1 with an exception set. */
+    int (*describe)(PyObject* obj, dlpack_ref_producer* out);
+    /* A new reference to an object of the type owning the taken, checked
+       tensor *taken, zero-copy (its from_dlpack uses the same function). It
+       consumes *taken in every case: on failure it has released it
+       (dlpack_ref_release) and returns NULL with an exception set, e.g. a
+       BufferError for a device it cannot hold. */
+    PyObject* (*wrap)(DLPackRefTensor* taken);
+    /* Optional: the table's managed_tensor_allocator (dlpack.h's contract:
+       no Python, errors through SetError). NULL: dlpack_ref_exchange_allocate,
+       C-contiguous host memory for kDLCPU prototypes. */
+    DLPackManagedTensorAllocator allocator;
+    /* Optional: the table's current_work_stream. NULL: the answer is NULL for
+       every device (a producer with no streams). */
+    DLPackCurrentWorkStream current_work_stream;
+} dlpack_ref_exchange_spec;
+
+/* The TypeError of an object the table was not made for (returns -1). */
+static inline int dlpack_ref_priv_exchange_refuse(const dlpack_ref_exchange_spec* spec, PyObject* obj,
+                                                  const char* what) {
+    PyObject* tn = dlpack_ref_priv_type_name(obj);
+    if (tn != NULL) {
+        PyErr_Format(PyExc_TypeError, "the DLPack exchange API of %s %s %s objects, not %U", spec->type->tp_name,
+                     what, spec->type->tp_name, tn);
+        Py_DECREF(tn);
+    }
+    return -1;
+}
+
+/* managed_tensor_from_py_object_no_sync: `obj` exported exactly as its
+ * __dlpack__(max_version=(1, 3)) exports it (one allocation, READ_ONLY for a
+ * read-only array, the owner kept alive until the deleter), without
+ * ordering any stream ("NoSync": current_work_stream reports it). */
+static inline int dlpack_ref_exchange_from_py(const dlpack_ref_exchange_spec* spec, PyObject* obj,
+                                              DLManagedTensorVersioned** out) {
+    dlpack_ref_producer p;
+    uint64_t flags;
+    *out = NULL;
+    if (!PyObject_TypeCheck(obj, spec->type)) return dlpack_ref_priv_exchange_refuse(spec, obj, "exports");
+    if (spec->describe(obj, &p) < 0) return -1;
+    if (dlpack_ref_priv_check_export(&p.tensor) < 0) return -1;
+    flags = dlpack_ref_priv_export_flags(&p);
+    *out = dlpack_ref_api_versioned_block(&p.tensor, p.owner, flags);
+    return *out == NULL ? -1 : 0;
+}
+
+/* managed_tensor_to_py_object_no_sync: takes `tensor` (stolen, also on
+ * failure), checks it like any import (BufferError naming the field, its
+ * deleter run once) and hands it to spec->wrap. */
+static inline int dlpack_ref_exchange_to_py(const dlpack_ref_exchange_spec* spec, DLManagedTensorVersioned* tensor,
+                                            void** out_py_object) {
+    DLPackRefTensor taken;
+    PyObject* obj;
+    *out_py_object = NULL;
+    if (tensor == NULL) {
+        PyErr_SetString(PyExc_ValueError, "managed_tensor_to_py_object_no_sync was given a NULL tensor");
+        return -1;
+    }
+    if (dlpack_ref_adopt(tensor, 1, &taken) < 0) return -1;
+    obj = spec->wrap(&taken);
+    if (obj == NULL) return -1;
+    *out_py_object = (void*)obj;
+    return 0;
+}
+
+/* dltensor_from_py_object_no_sync: the description's DLTensor, borrowing
+ * the object's own shape and strides (no allocation). */
+static inline int dlpack_ref_exchange_view(const dlpack_ref_exchange_spec* spec, PyObject* obj, DLTensor* out) {
+    dlpack_ref_producer p;
+    if (!PyObject_TypeCheck(obj, spec->type)) return dlpack_ref_priv_exchange_refuse(spec, obj, "views");
+    if (spec->describe(obj, &p) < 0) return -1;
+    *out = p.tensor;
+    return 0;
+}
+
+/* The deleter of dlpack_ref_exchange_allocate's blocks: plain free(), so it
+ * is safe on any thread, without the GIL, after finalization. */
+static inline void dlpack_ref_priv_free_block(DLManagedTensorVersioned* self) { free(self); }
+
+/* Report an allocator failure through SetError (which may be NULL). */
+static inline int dlpack_ref_priv_alloc_error(void* ctx, void (*set_error)(void*, const char*, const char*),
+                                              const char* kind, const char* message) {
+    if (set_error != NULL) set_error(ctx, kind, message);
+    return -1;
+}
+
+/* The default managed_tensor_allocator: one malloc block holding the managed
+ * tensor, its shape and row-major strides and the data (256-byte aligned),
+ * for a kDLCPU prototype of a DLPack 1.3 dtype; sub-byte dtypes are stored
+ * one element per byte (IS_SUBBYTE_TYPE_PADDED), as dlpack-ref's allocator
+ * stores them. No Python is touched; failures go to SetError with the kind
+ * dlpack-ref's allocator gives (ValueError for the prototype's shape,
+ * BufferError for its dtype or device, MemoryError). */
+static inline int dlpack_ref_exchange_allocate(DLTensor* prototype, DLManagedTensorVersioned** out, void* ctx,
+                                               void (*set_error)(void*, const char*, const char*)) {
+    enum { ALIGN = 256 };
+    DLManagedTensorVersioned* m;
+    int64_t count, bits, nbytes, s = 1;
+    size_t head;
+    int32_t i;
+    uint64_t flags;
+    char message[160];
+    *out = NULL;
+    if (prototype == NULL || prototype->ndim < 0 || prototype->ndim > DLPACK_REF_MAX_NDIM
+            || (prototype->ndim > 0 && prototype->shape == NULL))
+        return dlpack_ref_priv_alloc_error(ctx, set_error, "ValueError",
+                                           "the allocator's prototype must be a DLTensor with 0 to 64 dimensions "
+                                           "and a shape");
+    if (dlpack_ref_dtype_format(prototype->dtype.code, prototype->dtype.bits, prototype->dtype.lanes) == NULL) {
+        snprintf(message, sizeof message, "unsupported DLDataType(code=%d, bits=%d, lanes=%d): not a DLPack 1.3 data type",
+                 (int)prototype->dtype.code, (int)prototype->dtype.bits, (int)prototype->dtype.lanes);
+        return dlpack_ref_priv_alloc_error(ctx, set_error, "BufferError", message);
+    }
+    if (prototype->device.device_type != kDLCPU) {
+        snprintf(message, sizeof message, "cannot allocate memory on device (%d, %d): this allocator makes CPU memory only",
+                 (int)prototype->device.device_type, (int)prototype->device.device_id);
+        return dlpack_ref_priv_alloc_error(ctx, set_error, "BufferError", message);
+    }
+    count = dlpack_ref_element_count(prototype->shape, prototype->ndim);
+    if (count == -1) {
+        for (i = 0; prototype->shape[i] >= 0; ++i) {}
+        snprintf(message, sizeof message, "negative dimension %lld in the allocator's prototype",
+                 (long long)prototype->shape[i]);
+        return dlpack_ref_priv_alloc_error(ctx, set_error, "ValueError", message);
+    }
+    flags = (int64_t)prototype->dtype.bits * prototype->dtype.lanes < 8 ? DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED : 0;
+    bits = dlpack_ref_storage_bits(prototype->dtype, flags);
+    head = (sizeof(DLManagedTensorVersioned) + 2 * (size_t)prototype->ndim * sizeof(int64_t) + ALIGN - 1)
+           / ALIGN * ALIGN;
+    if (count == -2 || count > (INT64_MAX - 7) / bits
+            || (nbytes = dlpack_ref_nbytes(count, bits)) > (int64_t)PY_SSIZE_T_MAX - (int64_t)head - ALIGN)
+        return dlpack_ref_priv_alloc_error(ctx, set_error, "ValueError",
+                                           "the allocator's prototype has more bytes than fit in memory");
+    m = (DLManagedTensorVersioned*)malloc(head + (size_t)nbytes + ALIGN);
+    if (m == NULL) return dlpack_ref_priv_alloc_error(ctx, set_error, "MemoryError", "out of memory");
+    memset(m, 0, sizeof *m);
+    m->version.major = DLPACK_MAJOR_VERSION;
+    m->version.minor = DLPACK_MINOR_VERSION;
+    m->flags = flags;
+    m->deleter = dlpack_ref_priv_free_block;
+    m->dl_tensor.device = prototype->device;
+    m->dl_tensor.ndim = prototype->ndim;
+    m->dl_tensor.dtype = prototype->dtype;
+    m->dl_tensor.shape = (int64_t*)(m + 1);
+    m->dl_tensor.strides = m->dl_tensor.shape + prototype->ndim;
+    /* malloc aligns to 16 at least; the data starts at the next 256-byte
+       boundary past the head. */
+    m->dl_tensor.data = (void*)((((uintptr_t)m + head) + ALIGN - 1) / ALIGN * ALIGN);
+    for (i = prototype->ndim - 1; i >= 0; --i) {
+        m->dl_tensor.shape[i] = prototype->shape[i];
+        m->dl_tensor.strides[i] = s;
+        s *= prototype->shape[i] > 0 ? prototype->shape[i] : 1;
+    }
+    *out = m;
+    return 0;
+}
+
+/* The default current_work_stream: NULL for every device. */
+static inline int dlpack_ref_exchange_no_stream(DLDeviceType device_type, int32_t device_id, void** out) {
+    (void)device_type;
+    (void)device_id;
+    *out = NULL;
+    return 0;
+}
+
+static inline int dlpack_ref_exchange_allocator_of(const dlpack_ref_exchange_spec* spec, DLTensor* prototype,
+                                                   DLManagedTensorVersioned** out, void* ctx,
+                                                   void (*set_error)(void*, const char*, const char*)) {
+    return (spec->allocator != NULL ? spec->allocator : dlpack_ref_exchange_allocate)(prototype, out, ctx, set_error);
+}
+
+static inline int dlpack_ref_exchange_stream_of(const dlpack_ref_exchange_spec* spec, DLDeviceType device_type,
+                                                int32_t device_id, void** out) {
+    return (spec->current_work_stream != NULL ? spec->current_work_stream : dlpack_ref_exchange_no_stream)(
+        device_type, device_id, out);
+}
+
+/* Defines `static DLPackExchangeAPI name`, the table of `spec` (a static
+ * dlpack_ref_exchange_spec of the same translation unit), and its five
+ * functions, which forward to the dlpack_ref_exchange_* calls above. C99
+ * and C++17 (positional initializer, no designated one). */
+#define DLPACK_REF_EXCHANGE_TABLE(name, spec)                                                                \
+    static int name##_priv_allocator(DLTensor* prototype, DLManagedTensorVersioned** out, void* ctx,         \
+                                     void (*set_error)(void*, const char*, const char*)) {                   \
+        return dlpack_ref_exchange_allocator_of(&(spec), prototype, out, ctx, set_error);                    \
+    }                                                                                                        \
+    static int name##_priv_from_py(void* obj, DLManagedTensorVersioned** out) {                              \
+        return dlpack_ref_exchange_from_py(&(spec), (PyObject*)obj, out);                                    \
+    }                                                                                                        \
+    static int name##_priv_to_py(DLManagedTensorVersioned* tensor, void** out) {                             \
+        return dlpack_ref_exchange_to_py(&(spec), tensor, out);                                              \
+    }                                                                                                        \
+    static int name##_priv_view(void* obj, DLTensor* out) {                                                  \
+        return dlpack_ref_exchange_view(&(spec), (PyObject*)obj, out);                                       \
+    }                                                                                                        \
+    static int name##_priv_stream(DLDeviceType device_type, int32_t device_id, void** out) {                 \
+        return dlpack_ref_exchange_stream_of(&(spec), device_type, device_id, out);                          \
+    }                                                                                                        \
+    static DLPackExchangeAPI name = {{{DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION}, NULL},                    \
+                                     name##_priv_allocator, name##_priv_from_py, name##_priv_to_py,          \
+                                     name##_priv_view, name##_priv_stream}
+
+/* Publish `table` as `type.__dlpack_c_exchange_api__`: a capsule named
+ * DLPACK_REF_CAPSULE_EXCHANGE_API, set in the type's own dict (static and
+ * immutable types included), then PyType_Modified. Call it once, in the
+ * module's init, after PyType_Ready. 0, or -1 with an exception set. */
+static inline int dlpack_ref_publish_exchange_api(PyTypeObject* type, DLPackExchangeAPI* table) {
+    PyObject* capsule = PyCapsule_New((void*)table, DLPACK_REF_CAPSULE_EXCHANGE_API, NULL);
+    int r;
+    if (capsule == NULL) return -1;
+    r = PyDict_SetItemString(type->tp_dict, "__dlpack_c_exchange_api__", capsule);
+    Py_DECREF(capsule);
+    if (r < 0) return -1;
+    PyType_Modified(type);
+    return 0;
+}
+
 /* --- the consumer protocol: from_dlpack(x, /, *, device=None, copy=None) ------ */
 
-/* x.__dlpack__(**kwargs) with max_version=(1, 3) and, when not NULL or None,
- * stream, dl_device and copy (new reference, NULL with the error set). */
+/* The memos of the consumer's calls (one per translation unit). */
+static dlpack_ref_method_memo dlpack_ref_priv_dlpack_memo;
+static dlpack_ref_method_memo dlpack_ref_priv_device_memo;
+static dlpack_ref_api_memo dlpack_ref_priv_api_memo;
+
+/* x.__dlpack__(...) by vectorcall, with max_version=(1, 3) when
+ * `with_version` and stream, dl_device and copy when not NULL or None (new
+ * reference, NULL with the error set). */
 static inline PyObject* dlpack_ref_priv_call_dlpack(PyObject* x, int with_version, PyObject* stream,
                                                     PyObject* dl_device, PyObject* copy) {
-    PyObject *method, *kwargs, *empty, *result = NULL;
-    method = PyObject_GetAttrString(x, "__dlpack__");
-    if (method == NULL) return NULL;
-    kwargs = PyDict_New();
-    empty = PyTuple_New(0);
-    if (kwargs == NULL || empty == NULL) goto done;
-    if (with_version) {
-        PyObject* version = Py_BuildValue("(ii)", DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION);
-        if (version == NULL || PyDict_SetItemString(kwargs, "max_version", version) < 0) {
-            Py_XDECREF(version);
-            goto done;
-        }
-        Py_DECREF(version);
-    }
-    if (stream != NULL && stream != Py_None && PyDict_SetItemString(kwargs, "stream", stream) < 0) goto done;
-    if (dl_device != NULL && dl_device != Py_None && PyDict_SetItemString(kwargs, "dl_device", dl_device) < 0)
-        goto done;
-    if (copy != NULL && copy != Py_None && PyDict_SetItemString(kwargs, "copy", copy) < 0) goto done;
-    result = PyObject_Call(method, empty, kwargs);
-done:
-    Py_DECREF(method);
-    Py_XDECREF(kwargs);
-    Py_XDECREF(empty);
+    const dlpack_ref_names* n = dlpack_ref_protocol_names();
+    PyObject* args[5];
+    PyObject* keys[4];
+    PyObject *kwnames, *result;
+    Py_ssize_t k = 0, i;
+    if (n == NULL) return NULL;
+    args[0] = x;
+    if (with_version) { args[1 + k] = n->version; keys[k++] = n->max_version; }
+    if (stream != NULL && stream != Py_None) { args[1 + k] = stream; keys[k++] = n->stream; }
+    if (dl_device != NULL && dl_device != Py_None) { args[1 + k] = dl_device; keys[k++] = n->dl_device; }
+    if (copy != NULL && copy != Py_None) { args[1 + k] = copy; keys[k++] = n->copy; }
+    if (k == 0) return dlpack_ref_call_method(&dlpack_ref_priv_dlpack_memo, n->dlpack, args, 1, NULL);
+    if (k == 1 && with_version)
+        return dlpack_ref_call_method(&dlpack_ref_priv_dlpack_memo, n->dlpack, args, 1, n->kw_max_version);
+    if ((kwnames = PyTuple_New(k)) == NULL) return NULL;
+    for (i = 0; i < k; ++i) { Py_INCREF(keys[i]); PyTuple_SET_ITEM(kwnames, i, keys[i]); }
+    result = dlpack_ref_call_method(&dlpack_ref_priv_dlpack_memo, n->dlpack, args, 1, kwnames);
+    Py_DECREF(kwnames);
     return result;
+}
+
+/* Whether x has the attribute `name`, with the pending error (a failed call
+ * of it) put aside: 1, 0, or -1 with that error restored. */
+static inline int dlpack_ref_priv_has(PyObject* x, PyObject* name) {
+    int has;
+    DLPACK_REF_PRIV_KEEP_ERROR(has = PyObject_HasAttr(x, name));
+    return has;
 }
 
 /* The TypeError of an object that is neither a producer nor a capsule. */
@@ -1297,25 +1807,29 @@ static inline int dlpack_ref_priv_not_dlpack(PyObject* x) {
     return -1;
 }
 
-/* x.__dlpack_device__(), checked: a (device_type, device_id) tuple of two
- * ints naming a DLPack 1.3 device (TypeError otherwise). */
-static inline int dlpack_ref_announced_device(PyObject* x, DLDevice* out) {
-    PyObject *answer, *tn;
-    answer = PyObject_CallMethod(x, "__dlpack_device__", NULL);
-    if (answer == NULL) {
-        if (PyErr_ExceptionMatches(PyExc_AttributeError) && !PyObject_HasAttrString(x, "__dlpack_device__")) {
-            PyErr_Clear();
-            return dlpack_ref_priv_not_dlpack(x);
-        }
-        return -1;
+/* x.__dlpack_device__(), unchecked (new reference; NULL with the error
+ * set, the TypeError of dlpack_ref_priv_not_dlpack when x has no such
+ * method). */
+static inline PyObject* dlpack_ref_priv_ask_device(PyObject* x) {
+    const dlpack_ref_names* n = dlpack_ref_protocol_names();
+    PyObject* answer;
+    if (n == NULL) return NULL;
+    answer = dlpack_ref_call_method(&dlpack_ref_priv_device_memo, n->dlpack_device, &x, 1, NULL);
+    if (answer == NULL && PyErr_ExceptionMatches(PyExc_AttributeError) && !dlpack_ref_priv_has(x, n->dlpack_device)) {
+        PyErr_Clear();
+        dlpack_ref_priv_not_dlpack(x);
     }
+    return answer;
+}
+
+/* An answer of x.__dlpack_device__(), checked: a (device_type, device_id)
+ * tuple of two ints naming a DLPack 1.3 device (TypeError otherwise). */
+static inline int dlpack_ref_priv_device_of_answer(PyObject* x, PyObject* answer, DLDevice* out) {
+    PyObject* tn;
     if (PyTuple_Check(answer) && PyTuple_GET_SIZE(answer) == 2 && PyLong_Check(PyTuple_GET_ITEM(answer, 0))
             && !PyBool_Check(PyTuple_GET_ITEM(answer, 0)) && PyLong_Check(PyTuple_GET_ITEM(answer, 1))
-            && !PyBool_Check(PyTuple_GET_ITEM(answer, 1))) {
-        int r = dlpack_ref_parse_dl_device(answer, out);
-        Py_DECREF(answer);
-        return r;
-    }
+            && !PyBool_Check(PyTuple_GET_ITEM(answer, 1)))
+        return dlpack_ref_parse_dl_device(answer, out);
     tn = dlpack_ref_priv_type_name(x);
     if (tn != NULL) {
         PyErr_Format(PyExc_TypeError,
@@ -1323,8 +1837,17 @@ static inline int dlpack_ref_announced_device(PyObject* x, DLDevice* out) {
                      tn, answer);
         Py_DECREF(tn);
     }
-    Py_DECREF(answer);
     return -1;
+}
+
+/* x.__dlpack_device__(), checked. */
+static inline int dlpack_ref_announced_device(PyObject* x, DLDevice* out) {
+    PyObject* answer = dlpack_ref_priv_ask_device(x);
+    int r;
+    if (answer == NULL) return -1;
+    r = dlpack_ref_priv_device_of_answer(x, answer, out);
+    Py_DECREF(answer);
+    return r;
 }
 
 /* The capsule must be where __dlpack_device__ said; a refusal runs the
@@ -1392,6 +1915,92 @@ static inline int dlpack_ref_refuse_copied(PyObject* x) {
     return -1;
 }
 
+/* Take the tensor of the capsule __dlpack__ returned (a new reference,
+ * consumed; NULL passes the call's error on). */
+static inline int dlpack_ref_priv_take_returned(PyObject* capsule, DLPackRefTensor* out) {
+    int r;
+    if (capsule == NULL) return -1;
+    if (!PyCapsule_CheckExact(capsule)) {
+        PyObject* tn = dlpack_ref_priv_type_name(capsule);
+        if (tn != NULL) {
+            PyErr_Format(PyExc_TypeError, "__dlpack__ returned %U, not a DLPack capsule", tn);
+            Py_DECREF(tn);
+        }
+        Py_DECREF(capsule);
+        return -1;
+    }
+    r = dlpack_ref_take(capsule, out);
+    Py_DECREF(capsule);
+    return r;
+}
+
+/* The plain request, from_dlpack(x) with nothing asked: x.__dlpack__(
+ * max_version=(1, 3)) (the legacy call on TypeError), then its
+ * __dlpack_device__ checked against the tensor (asked after, so that
+ * __dlpack__'s refusals come first; a mismatch runs the deleter). */
+static inline int dlpack_ref_priv_take_plain(PyObject* x, DLPackRefTensor* out) {
+    const dlpack_ref_names* n = dlpack_ref_protocol_names();
+    PyObject *capsule, *answer;
+    DLDevice announced;
+    int r;
+    if (n == NULL) return -1;
+    capsule = dlpack_ref_priv_call_dlpack(x, 1, NULL, NULL, NULL);
+    if (capsule == NULL) {
+        int type_error = PyErr_ExceptionMatches(PyExc_TypeError);
+        if (!type_error && !PyErr_ExceptionMatches(PyExc_AttributeError)) return -1;
+        if (!dlpack_ref_priv_has(x, n->dlpack)) {
+            PyErr_Clear();
+            return dlpack_ref_priv_not_dlpack(x);
+        }
+        if (!type_error) return -1;
+        /* A producer older than DLPack 1.0 rejects max_version. */
+        PyErr_Clear();
+        capsule = dlpack_ref_priv_call_dlpack(x, 0, NULL, NULL, NULL);
+    }
+    if (dlpack_ref_priv_take_returned(capsule, out) < 0) return -1;
+    answer = dlpack_ref_priv_ask_device(x);
+    if (answer != NULL && dlpack_ref_device_answer_is(answer, out->dl_tensor->device)) {
+        Py_DECREF(answer);
+        return 0;
+    }
+    r = answer == NULL ? -1 : dlpack_ref_priv_device_of_answer(x, answer, &announced);
+    Py_XDECREF(answer);
+    if (r < 0) {
+        DLPACK_REF_PRIV_KEEP_ERROR(dlpack_ref_release(out));
+        return -1;
+    }
+    return dlpack_ref_priv_check_announced(x, out, announced);
+}
+
+/* The arguments of `from_dlpack(x, /, *, device=None, copy=None)` for a
+ * function defined with METH_FASTCALL | METH_KEYWORDS: *x, *device, *copy
+ * borrowed (None when not given); -1 with a TypeError as Python words it. */
+static inline int dlpack_ref_consumer_args(PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames, PyObject** x,
+                                           PyObject** device, PyObject** copy) {
+    Py_ssize_t k, nk = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
+    *device = *copy = Py_None;
+    if (nargs != 1) {
+        PyErr_Format(PyExc_TypeError, "from_dlpack() takes exactly 1 positional argument (%zd given)", nargs);
+        return -1;
+    }
+    *x = args[0];
+    if (nk != 0) {
+        const dlpack_ref_names* n = dlpack_ref_protocol_names();
+        if (n == NULL) return -1;
+        for (k = 0; k < nk; ++k) {
+            PyObject* key = PyTuple_GET_ITEM(kwnames, k);
+            if (key == n->device || PyUnicode_Compare(key, n->device) == 0) *device = args[1 + k];
+            else if (key == n->copy || PyUnicode_Compare(key, n->copy) == 0) *copy = args[1 + k];
+            else {
+                if (!PyErr_Occurred())
+                    PyErr_Format(PyExc_TypeError, "from_dlpack() got an unexpected keyword argument %R", key);
+                return -1;
+            }
+        }
+    }
+    return 0;
+}
+
 /* from_dlpack(x, device=device, copy=copy) up to the tensor, for a consumer
  * that owns what it imports: on success *out holds the taken, checked tensor
  * (the caller runs dlpack_ref_release, or hands it to its array) and
@@ -1426,14 +2035,19 @@ static inline int dlpack_ref_consumer_take(PyObject* x, PyObject* device, PyObje
         if (!have_target) *target = out->dl_tensor->device;
         goto finish;
     }
-    if (!PyObject_HasAttrString(x, "__dlpack__")) return dlpack_ref_priv_not_dlpack(x);
     if (!have_target && copy == Py_None && (stream == NULL || stream == Py_None)) {
-        const DLPackExchangeAPI* api = dlpack_ref_exchange_api((PyObject*)Py_TYPE(x));
+        /* Nothing asked: the table, else __dlpack__; no copy can be needed. */
+        const DLPackExchangeAPI* api = dlpack_ref_exchange_api_memo(&dlpack_ref_priv_api_memo, Py_TYPE(x));
         if (api == NULL && PyErr_Occurred()) return -1;
-        if (api != NULL && dlpack_ref_priv_take_by_table(api, x, out)) {
-            *target = out->dl_tensor->device;
-            return 0;
-        }
+        if ((api == NULL || !dlpack_ref_priv_take_by_table(api, x, out)) && dlpack_ref_priv_take_plain(x, out) < 0)
+            return -1;
+        *target = out->dl_tensor->device;
+        return 0;
+    }
+    {
+        const dlpack_ref_names* n = dlpack_ref_protocol_names();
+        if (n == NULL) return -1;
+        if (!PyObject_HasAttr(x, n->dlpack)) return dlpack_ref_priv_not_dlpack(x);
     }
     if (dlpack_ref_announced_device(x, &source) < 0) return -1;
     if (!have_target) *target = source;
@@ -1453,19 +2067,7 @@ static inline int dlpack_ref_consumer_take(PyObject* x, PyObject* device, PyObje
         capsule = dlpack_ref_priv_call_dlpack(x, 1, stream, NULL, NULL);
     }
     Py_XDECREF(dl_device);
-    if (capsule == NULL) return -1;
-    if (!PyCapsule_CheckExact(capsule)) {
-        PyObject* tn = dlpack_ref_priv_type_name(capsule);
-        if (tn != NULL) {
-            PyErr_Format(PyExc_TypeError, "__dlpack__ returned %U, not a DLPack capsule", tn);
-            Py_DECREF(tn);
-        }
-        Py_DECREF(capsule);
-        return -1;
-    }
-    r = dlpack_ref_take(capsule, out);
-    Py_DECREF(capsule);
-    if (r < 0) return -1;
+    if (dlpack_ref_priv_take_returned(capsule, out) < 0) return -1;
     if ((!have_target || !producer_did_it) && dlpack_ref_priv_check_announced(x, out, source) < 0) return -1;
 finish:
     if (copy == Py_False && (out->flags & DLPACK_FLAG_BITMASK_IS_COPIED)) {

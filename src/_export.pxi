@@ -118,3 +118,21 @@ cdef object _export_legacy(Array a):
     cdef DLTensor t
     _borrow_dltensor(a, &t)
     return dlpack_ref_api_new_legacy(&t, <PyObject*>a)
+
+
+def _stream_handle(stream):
+    """The driver handle a DLPack ``stream`` value names for CUDA-family
+    memory: the header's one stream rule (dlpack_ref_stream_value), for the
+    core's CUDA layer, which is Python (dlpack_ref._streams.stream_handle)."""
+    cdef int64_t value
+    cdef DLDevice cuda
+    cuda.device_type = kDLCUDA
+    cuda.device_id = 0
+    # owner and device name the array only in the CPU-memory refusal.
+    dlpack_ref_stream_value(stream, True, cuda, None, &value)
+    # The header keeps a handle above 2**63 as its 64 bits; -1 is NO_SYNC.
+    return value if value >= -1 else value + 2**64
+
+
+from dlpack_ref import _streams
+_streams.set_rule(_stream_handle)

@@ -14,95 +14,11 @@ cdef tuple _KW_ASKED = tuple(
     for mask in range(8))
 cdef object _DLPACK_NAME = "__dlpack__"
 
-cdef extern from *:
-    """
-    /* x.name(*args[1:]) for x = args[0], as PyObject_VectorcallMethod calls
-       it, with the attribute found on x's type kept between calls for as long
-       as the type is unchanged: CPython renews a type's version tag on every
-       change to it or a base, so an equal nonzero tag means the same lookup
-       result. Only types whose attribute lookup is the generic one and whose
-       instances have no __dict__ are memoized (then the type's method is what
-       x.name gives); any other object takes the generic call. GIL builds
-       only: the memo is written under the GIL.
-       _PyType_Lookup and tp_version_tag are CPython internals, so the memo
-       is compiled only for the versions CI runs it on (3.11 to 3.15, each a
-       lane; tests/test_capsules.py checks that a changed type, an instance
-       attribute and __getattr__ are all honoured); any other version takes
-       the public PyObject_VectorcallMethod. kwnames is NULL or a tuple, as
-       every vectorcall's must be (3.14 reads it as a tuple unchecked). */
-    #if !defined(Py_GIL_DISABLED) && PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x03100000
-    #define DLREF_METHOD_MEMO 1
-    #endif
-    typedef struct { PyTypeObject* type; unsigned int tag; PyObject* method; } dlref_method_memo;
-
-    static PyObject* dlref_call_method(dlref_method_memo* memo, PyObject* name, PyObject** args,
-                                       size_t nargs, PyObject* kwnames) {
-    #ifdef DLREF_METHOD_MEMO
-        PyTypeObject* tp = Py_TYPE(args[0]);
-        PyObject* m;
-        PyObject* r;
-        if (tp == memo->type && memo->tag != 0 && tp->tp_version_tag == memo->tag) {
-            m = memo->method;
-        } else if (tp->tp_getattro == PyObject_GenericGetAttr && tp->tp_dictoffset == 0
-                   && !PyType_HasFeature(tp, Py_TPFLAGS_MANAGED_DICT)) {
-            m = _PyType_Lookup(tp, name);   /* borrowed; gives tp a version tag */
-            if (m == NULL || !PyType_HasFeature(Py_TYPE(m), Py_TPFLAGS_METHOD_DESCRIPTOR)
-                    || tp->tp_version_tag == 0)
-                return PyObject_VectorcallMethod(name, args, nargs, kwnames);
-            PyObject* old_method = memo->method;
-            PyObject* old_type = (PyObject*)memo->type;
-            Py_INCREF(m);
-            Py_INCREF(tp);
-            memo->type = tp;
-            memo->tag = tp->tp_version_tag;
-            memo->method = m;
-            Py_XDECREF(old_method);
-            Py_XDECREF(old_type);
-        } else {
-            return PyObject_VectorcallMethod(name, args, nargs, kwnames);
-        }
-        Py_INCREF(m);   /* the call may change the type and drop the memo's reference */
-        r = PyObject_Vectorcall(m, args, nargs, kwnames);
-        Py_DECREF(m);
-        return r;
-    #else
-        return PyObject_VectorcallMethod(name, args, nargs, kwnames);
-    #endif
-    }
-
-    /* Whether a __dlpack_device__ answer is a (device_type, device_id) tuple
-       of ints equal to (type, id); 0 for anything else, which the full check
-       then reads (no error is left set). */
-    static int dlref_device_answer_is(PyObject* answer, int32_t type, int32_t id) {
-        PyObject* t;
-        PyObject* i;
-        int overflow = 0;
-        long long tv, iv;
-        if (!PyTuple_CheckExact(answer) || PyTuple_GET_SIZE(answer) != 2) return 0;
-        t = PyTuple_GET_ITEM(answer, 0);
-        i = PyTuple_GET_ITEM(answer, 1);
-        if (!PyLong_Check(t) || PyBool_Check(t) || !PyLong_CheckExact(i)) return 0;
-        tv = PyLong_AsLongLongAndOverflow(t, &overflow);
-        if (overflow || (tv == -1 && PyErr_Occurred())) { PyErr_Clear(); return 0; }
-        iv = PyLong_AsLongLongAndOverflow(i, &overflow);
-        if (overflow || (iv == -1 && PyErr_Occurred())) { PyErr_Clear(); return 0; }
-        return tv == type && iv == id;
-    }
-    """
-    ctypedef struct dlref_method_memo:
-        pass
-    # kwnames is a PyObject* so that "no keywords" is NULL: Cython would
-    # pass None for an object, which is no valid vectorcall kwnames.
-    object dlref_call_method(dlref_method_memo* memo, object name, PyObject** args, size_t nargs, PyObject* kwnames)
-    # The same call with its failure left pending (NULL, the error set): the
-    # hot paths enter no try block (whose exception-state bookkeeping is paid
-    # on success too) and hand a failure to dlpack_ref_raise_pending.
-    PyObject* dlref_call_method_or_null "dlref_call_method"(
-        dlref_method_memo* memo, object name, PyObject** args, size_t nargs, PyObject* kwnames)
-    bint dlref_device_answer_is(object answer, int32_t type, int32_t id)
-
-cdef dlref_method_memo _dlpack_memo
-cdef dlref_method_memo _dlpack_device_memo
+# The memoized method call and the device-answer test are the header's
+# (dlpack_ref_call_method, dlpack_ref_device_answer_is in dlpack_ref.h), the
+# same ones a vendoring library's consumer runs.
+cdef dlpack_ref_method_memo _dlpack_memo
+cdef dlpack_ref_method_memo _dlpack_device_memo
 
 # Non-zero while any thread has a consumer stream set (dlpack_ref.cuda.stream);
 # with none set, the consumer's stream is the legacy default, which is exactly
@@ -203,7 +119,7 @@ cdef object _call_dlpack_versioned(object x):
     cdef PyObject* args[2]
     args[0] = <PyObject*>x
     args[1] = <PyObject*>_MAX_VERSION
-    return dlref_call_method(&_dlpack_memo, _DLPACK_NAME, args, 1, <PyObject*>_KW_MAX_VERSION)
+    return dlpack_ref_call_method(&_dlpack_memo, _DLPACK_NAME, args, 1, <PyObject*>_KW_MAX_VERSION)
 
 
 cdef Array _import_plain(object x):
@@ -222,7 +138,7 @@ cdef Array _import_plain(object x):
     cdef PyObject* args[2]
     args[0] = <PyObject*>x
     args[1] = <PyObject*>_MAX_VERSION
-    cdef PyObject* result = dlref_call_method_or_null(&_dlpack_memo, _DLPACK_NAME, args, 1, <PyObject*>_KW_MAX_VERSION)
+    cdef PyObject* result = dlpack_ref_call_method_or_null(&_dlpack_memo, _DLPACK_NAME, args, 1, <PyObject*>_KW_MAX_VERSION)
     if result == NULL:
         capsule = _dlpack_failed(x)
     else:
@@ -233,7 +149,7 @@ cdef Array _import_plain(object x):
     # would from __dlpack__ alone; `a` owns the tensor already, so any
     # failure here runs the deleter.
     answer = _ask_dlpack_device(x)
-    if not dlref_device_answer_is(answer, a._device.device_type, a._device.device_id):
+    if not dlpack_ref_device_answer_is(answer, a._device):
         # Anything but the capsule's own device, read by the full check.
         _check_announced_device(x, a, _checked_device_answer(x, answer))
     return a
@@ -266,7 +182,7 @@ cdef object _ask_dlpack_device(object x):
     """x.__dlpack_device__(), unchecked."""
     cdef PyObject* args[1]
     args[0] = <PyObject*>x
-    cdef PyObject* answer = dlref_call_method_or_null(&_dlpack_device_memo, _DLPACK_DEVICE_NAME, args, 1, NULL)
+    cdef PyObject* answer = dlpack_ref_call_method_or_null(&_dlpack_device_memo, _DLPACK_DEVICE_NAME, args, 1, NULL)
     if answer != NULL:
         result = <object>answer
         Py_DECREF(result)   # the call's reference, now result's
@@ -384,7 +300,7 @@ cdef Array _from_dlpack(object x, object device, object copy):
     cdef bint producer_did_it = True
     try:
         kwnames = <tuple>_KW_ASKED[asked]
-        capsule = dlref_call_method(&_dlpack_memo, _DLPACK_NAME, args, 1, <PyObject*>kwnames)
+        capsule = dlpack_ref_call_method(&_dlpack_memo, _DLPACK_NAME, args, 1, <PyObject*>kwnames)
     except TypeError:
         # Pre-1.0 producer: no max_version, dl_device or copy; move/copy here.
         producer_did_it = False

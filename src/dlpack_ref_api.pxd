@@ -28,7 +28,7 @@
 # Cython raises.
 
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
-from cpython.object cimport PyObject
+from cpython.object cimport PyObject, PyTypeObject
 from dlpack cimport *
 
 
@@ -105,6 +105,23 @@ cdef extern from "dlpack_ref.h":
     int dlpack_ref_take(object capsule, DLPackRefTensor* out) except -1
     const DLPackExchangeAPI* dlpack_ref_exchange_api(object tp) except? NULL
 
+    # fast calls: memoized per-type lookups (GIL builds of CPython 3.11 to
+    # 3.15; a fresh lookup elsewhere). A memo is a zero-initialized static.
+    ctypedef struct dlpack_ref_method_memo:
+        pass
+    ctypedef struct dlpack_ref_api_memo:
+        pass
+    # x.name(*args[1:nargs], **kwnames) for x = args[0], by vectorcall. kwnames
+    # is a PyObject* so that "no keywords" is NULL (Cython would pass None).
+    object dlpack_ref_call_method(dlpack_ref_method_memo* memo, object name, PyObject** args, size_t nargs,
+                                  PyObject* kwnames)
+    # The same call with its failure left pending (NULL, the error set), for
+    # hot paths that enter no try block.
+    PyObject* dlpack_ref_call_method_or_null "dlpack_ref_call_method"(
+        dlpack_ref_method_memo* memo, object name, PyObject** args, size_t nargs, PyObject* kwnames)
+    bint dlpack_ref_device_answer_is(object answer, DLDevice device)
+    const DLPackExchangeAPI* dlpack_ref_exchange_api_memo(dlpack_ref_api_memo* memo, PyTypeObject* tp) except? NULL
+
     # calls into another library's exchange table: the status as a plain
     # int (a table may return nonzero with no exception set, or set one and
     # return 0); dlpack_ref_table_failed says whether it failed and
@@ -158,3 +175,37 @@ cdef extern from "dlpack_ref.h":
     object dlpack_ref_producer_dlpack(const dlpack_ref_producer* p, object args, object kwargs)
     PyObject* dlpack_ref_device_enum() except NULL
     object dlpack_ref_dlpack_device(DLDevice device)
+
+    # the exchange-table builder: __dlpack_c_exchange_api__ of an adopter's
+    # type from the description its __dlpack__ uses. C adopters define the
+    # table with the DLPACK_REF_EXCHANGE_TABLE macro; a Cython adopter writes
+    # the five functions of its static DLPackExchangeAPI as one-line calls of
+    # the dlpack_ref_exchange_* functions with its static spec.
+    ctypedef struct dlpack_ref_exchange_spec:
+        PyTypeObject* type
+        int (*describe)(PyObject* obj, dlpack_ref_producer* out) except -1
+        PyObject* (*wrap)(DLPackRefTensor* taken) except NULL
+        DLPackManagedTensorAllocator allocator         # NULL: dlpack_ref_exchange_allocate
+        DLPackCurrentWorkStream current_work_stream   # NULL: no stream on any device
+    int dlpack_ref_exchange_from_py(const dlpack_ref_exchange_spec* spec, PyObject* obj,
+                                    DLManagedTensorVersioned** out) except -1
+    int dlpack_ref_exchange_to_py(const dlpack_ref_exchange_spec* spec, DLManagedTensorVersioned* tensor,
+                                  void** out_py_object) except -1
+    int dlpack_ref_exchange_view(const dlpack_ref_exchange_spec* spec, PyObject* obj, DLTensor* out) except -1
+    int dlpack_ref_exchange_allocate(DLTensor* prototype, DLManagedTensorVersioned** out, void* error_ctx,
+                                     void (*SetError)(void* error_ctx, const char* kind,
+                                                      const char* message) noexcept nogil) noexcept nogil
+    int dlpack_ref_exchange_allocator_of(const dlpack_ref_exchange_spec* spec, DLTensor* prototype,
+                                         DLManagedTensorVersioned** out, void* error_ctx,
+                                         void (*SetError)(void* error_ctx, const char* kind,
+                                                          const char* message) noexcept nogil) noexcept nogil
+    int dlpack_ref_exchange_no_stream(DLDeviceType device_type, int32_t device_id, void** out) except -1
+    int dlpack_ref_exchange_stream_of(const dlpack_ref_exchange_spec* spec, DLDeviceType device_type,
+                                      int32_t device_id, void** out) except -1
+    int dlpack_ref_publish_exchange_api(PyTypeObject* type, DLPackExchangeAPI* table) except -1
+
+    # the consumer protocol: from_dlpack(x, device=device, copy=copy) up to
+    # the taken, checked tensor; *must_copy says whether the caller copies it
+    # onto *target (stream: the consumer's stream, or None)
+    int dlpack_ref_consumer_take(object x, object device, object copy, object stream, DLPackRefTensor* out,
+                                 DLDevice* target, int* must_copy) except -1

@@ -5,8 +5,12 @@ zero-copy both ways with NumPy (and PyTorch, JAX when installed), and gets
 dlpack_ref's own pass set from the conformance checker (through the factory
 hook, adapters.HOOK).
 
-Today: the plain C adopter and its C++17 twin. The Cython adopter and the
-exchange table builder are not written yet (docs/vendoring.md, "Status")."""
+The three adopters: plain C (c_adopter.c), idiomatic C++17 (cpp_adopter.cpp)
+and Cython (cython_adopter.pyx, which vendors dlpack.pxd and
+dlpack_ref_api.pxd too), each publishing its own exchange table through the
+header's builder. Built with the sanitizer lane's flags when it runs
+(support.build_ext.sanitizer_flags), and free-threading-ready: the 3.13t
+lane runs them with the GIL off, 8 threads at once."""
 
 from __future__ import annotations
 
@@ -20,29 +24,35 @@ from pathlib import Path
 import pytest
 
 import dlpack_ref
-from support.build_ext import compile_c_extension
+from support.build_ext import compile_c_extension, compile_cython_extension
 
 HERE = Path(__file__).resolve().parent / "adopters"
 VENDORED = ("dlpack.h", "dlpack_ref.h", "dlpack_ref_tables.h")
-# Rules dlpack_ref passes that an adopter cannot pass until the header has
-# its exchange-table builder (issue 18, item 1, last point).
-AWAITING_TABLE_BUILDER = {"producer.exchange_api", "producer.exchange_api_matches_dlpack"}
+# A Cython adopter vendors the declarations of the two headers too.
+VENDORED_CYTHON = ("dlpack.pxd", "dlpack_ref_api.pxd")
 
 
-ADOPTERS = [("c_adopter", "c_adopter.c", False), ("cpp_adopter", "cpp_adopter.cpp", True)]
+ADOPTERS = [("c_adopter", "c_adopter.c"), ("cpp_adopter", "cpp_adopter.cpp"), ("cython_adopter", "cython_adopter.pyx")]
 
 
 @pytest.fixture(scope="module", params=ADOPTERS, ids=[a[0] for a in ADOPTERS])
 def adopter(request, tmp_path_factory) -> tuple[str, Path]:
     """(module name, the folder holding the built adopter module, its hook
     and nothing of dlpack-ref but the three vendored headers)."""
-    name, source, cxx = request.param
+    name, source = request.param
     folder = tmp_path_factory.mktemp(name)
     vendor = folder / "vendor"
     vendor.mkdir()
-    for header in VENDORED:
-        shutil.copy(Path(dlpack_ref.get_include(), header), vendor / header)
-    compile_c_extension(HERE / source, folder, c_include=[vendor], cxx=cxx)
+    cython = source.endswith(".pyx")
+    for file in VENDORED + (VENDORED_CYTHON if cython else ()):
+        shutil.copy(Path(dlpack_ref.get_include(), file), vendor / file)
+    if cython:
+        # Translated from a copy in `folder`, so that nothing next to the
+        # source (tests/, dlpack-ref's tree) is on Cython's include path.
+        shutil.copy(HERE / source, folder / source)
+        compile_cython_extension(folder / source, folder, cython_include=[vendor], c_include=[vendor])
+    else:
+        compile_c_extension(HERE / source, folder, c_include=[vendor], cxx=source.endswith(".cpp"))
     shutil.copy(HERE / "adopter_hook.py", folder / "adopter_hook.py")
     (folder / f"{name}_check.py").write_text(
         f"import adopter_hook, {name}\n\n"
@@ -131,8 +141,8 @@ def reference_pass_set():
 def test_the_adopter_passes_what_dlpack_ref_passes(adopter, reference_pass_set):
     name, folder = adopter
     passed = _pass_set(f"{name}_check", str(folder))
-    expected = reference_pass_set - AWAITING_TABLE_BUILDER
-    assert passed == expected, (sorted(expected - passed), sorted(passed - expected))
+    assert "producer.exchange_api" in passed and "producer.exchange_api_matches_dlpack" in passed
+    assert passed == reference_pass_set, (sorted(reference_pass_set - passed), sorted(passed - reference_pass_set))
 
 
 @pytest.mark.parametrize("library", ["torch", "jax"])
@@ -154,6 +164,423 @@ else:
     assert t.data_ptr == ptr
     back = jnp.from_dlpack(t)
     assert back.unsafe_buffer_pointer() == ptr
+print("ok")
+""")
+    assert out.strip() == "ok"
+
+
+def test_the_adopter_exports_and_imports_from_8_threads_at_once(adopter):
+    """8 threads (support.threads.run_threads) export one shared tensor, import
+    NumPy's strided views and each other's capsules, copy through the copy
+    callback and hit a refusal, all through the adopter at once; under a
+    free-threaded CPython (the 3.13t lane) with the GIL off, which importing
+    the adopter must not turn back on. Every capsule's deleter has run at the
+    end: the shared tensor is back to the references it started with."""
+    out = _run_blocked(adopter, f"""
+import gc, os, sysconfig
+sys.path.insert(0, {str(Path(__file__).resolve().parent)!r})
+from support.threads import run_threads
+import numpy as np
+shared = c.make(2, 32, 1, (8,), np.arange(8, dtype=np.float32).tobytes())
+read_only = c.make(2, 32, 1, (2,), bytes(8), 1)
+source = np.arange(64.0).reshape(8, 8)
+base = sys.getrefcount(shared)
+
+def work(k):
+    column = source[:, k]
+    for _ in range(200):
+        n = np.from_dlpack(shared)
+        assert n.ctypes.data == shared.data_ptr and n[k] == k
+        t = c.from_dlpack(column)
+        assert t.data_ptr == column.ctypes.data and (np.from_dlpack(t) == column).all()
+        mine = c.from_dlpack(shared)
+        assert mine.data_ptr == shared.data_ptr
+        copied = c.from_dlpack(shared.__dlpack__(max_version=(1, 3), copy=True))
+        assert copied.data_ptr != shared.data_ptr and np.from_dlpack(copied)[k] == k
+        try:
+            read_only.__dlpack__()
+        except BufferError:
+            pass
+        else:
+            raise AssertionError("a read-only tensor exported as legacy")
+
+run_threads(work)
+del work
+gc.collect()
+assert sys.getrefcount(shared) == base, (sys.getrefcount(shared), base)
+gil_disabled_build = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
+if gil_disabled_build and os.environ.get("PYTHON_GIL") != "1":
+    assert not sys._is_gil_enabled(), "importing the adopter turned the GIL on"
+print("ok", "gil-off" if gil_disabled_build and not sys._is_gil_enabled() else "gil")
+""")
+    assert out.split()[0] == "ok", out
+
+
+# --- the adopter's own exchange table (the header's builder) -----------------------------
+
+def _imported(adopter):
+    """The adopter module imported in this process (dlpack_ref is its consumer here)."""
+    import importlib.util
+    import sysconfig
+
+    name, folder = adopter
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, folder / (name + sysconfig.get_config_var("EXT_SUFFIX")))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    sys.modules[name] = module
+    return module
+
+
+def _table(module):
+    from dlpack_ref.testing import exchange_api_of
+
+    api = exchange_api_of(module.Tensor)
+    assert api is not None
+    return api
+
+
+def _float32(module, n=6, *, readonly=False):
+    import numpy as np
+
+    return module.make(2, 32, 1, (n,), np.arange(n, dtype=np.float32).tobytes(), 1 if readonly else 0)
+
+
+def test_the_adopter_publishes_a_1_3_table_with_every_function(adopter):
+    from dlpack_ref.testing import NAME_EXCHANGE_API, capsule_name
+
+    c = _imported(adopter)
+    assert capsule_name(c.Tensor.__dict__["__dlpack_c_exchange_api__"]) == NAME_EXCHANGE_API
+    api = _table(c)
+    assert (api.header.version.major, api.header.version.minor, bool(api.header.prev_api)) == (1, 3, False)
+    assert all(getattr(api, f) for f, _ in type(api)._fields_[1:])
+    assert dlpack_ref.exchange_api_version(c.Tensor) == (1, 3)
+
+
+def test_dlpack_ref_imports_an_adopter_tensor_through_its_table_zero_copy(adopter):
+    import gc
+
+    c = _imported(adopter)
+
+    class NoDevice(c.Tensor):
+        # The table path never asks __dlpack_device__; the __dlpack__ path must.
+        def __dlpack_device__(self):
+            raise AssertionError("__dlpack__ path taken")
+
+    import numpy as np
+    t = c.make(2, 32, 1, (2, 3), np.arange(6, dtype=np.float32).tobytes(), 0, NoDevice)
+    assert dlpack_ref.exchange_api_version(NoDevice) == (1, 3)
+    refs = sys.getrefcount(t)
+    a = dlpack_ref.from_dlpack(t)
+    assert a.data_ptr == t.data_ptr and a.tolist() == [[0, 1, 2], [3, 4, 5]] and not a.readonly
+    assert sys.getrefcount(t) == refs + 1   # the table's export keeps t alive
+    del a
+    gc.collect()
+    assert sys.getrefcount(t) == refs       # its deleter ran exactly once
+    ro = c.make(2, 32, 1, (2,), np.zeros(2, np.float32).tobytes(), 1, NoDevice)
+    assert dlpack_ref.from_dlpack(ro).readonly
+
+
+def test_the_tables_export_is_versioned_where_dunder_dlpack_is_legacy(adopter):
+    from dlpack_ref.testing import FROM_PY_T, DELETER_T, DLManagedTensorVersioned
+
+    import ctypes
+    c = _imported(adopter)
+    ro = _float32(c, readonly=True)
+    with pytest.raises(BufferError, match="legacy"):
+        ro.__dlpack__()
+    assert dlpack_ref.inspect(ro.__dlpack__(max_version=(1, 3)))["flags"] == 1
+    out = ctypes.c_void_p()
+    assert FROM_PY_T(_table(c).managed_tensor_from_py_object_no_sync)(id(ro), ctypes.byref(out)) == 0
+    m = DLManagedTensorVersioned.from_address(out.value)
+    assert (m.version.major, m.version.minor, m.flags) == (1, 3, 1)
+    assert m.dl_tensor.data + m.dl_tensor.byte_offset == ro.data_ptr and m.manager_ctx == id(ro)
+    DELETER_T(m.deleter)(out.value)
+
+
+def test_a_subclass_overriding_dunder_dlpack_is_exported_by_its_override(adopter):
+    c = _imported(adopter)
+    calls = []
+
+    class Refusing(c.Tensor):
+        def __dlpack__(self, **kwargs):
+            calls.append(kwargs)
+            raise BufferError("refused by the override")
+
+    import numpy as np
+    t = c.make(2, 32, 1, (2,), np.zeros(2, np.float32).tobytes(), 0, Refusing)
+    assert dlpack_ref.exchange_api_version(Refusing) is None
+    with pytest.raises(BufferError, match="refused by the override"):
+        dlpack_ref.from_dlpack(t)
+    with pytest.raises(BufferError, match="refused by the override"):
+        c.from_dlpack(t)
+    assert len(calls) == 2 and all(k.get("max_version") == (1, 3) for k in calls)
+
+
+def test_the_tables_functions_refuse_other_objects_with_type_error(adopter):
+    from dlpack_ref.testing import FROM_PY_T, VIEW_T, DLTensor
+
+    import ctypes
+    c = _imported(adopter)
+    api = _table(c)
+    not_ours = [1, 2]
+    name = f"{adopter[0]}.Tensor"
+    with pytest.raises(TypeError, match=f"exchange API of {name} exports {name} objects, not list"):
+        FROM_PY_T(api.managed_tensor_from_py_object_no_sync)(id(not_ours), ctypes.byref(ctypes.c_void_p()))
+    with pytest.raises(TypeError, match=f"exchange API of {name} views {name} objects, not list"):
+        VIEW_T(api.dltensor_from_py_object_no_sync)(id(not_ours), ctypes.byref(DLTensor()))
+
+
+def test_the_tables_view_borrows_the_tensors_own_metadata(adopter):
+    from dlpack_ref.testing import VIEW_T, DLTensor
+
+    import ctypes
+    import numpy as np
+    c = _imported(adopter)
+    t = c.from_dlpack(np.arange(12.0)[::3])
+    refs = sys.getrefcount(t)
+    view = DLTensor()
+    assert VIEW_T(_table(c).dltensor_from_py_object_no_sync)(id(t), ctypes.byref(view)) == 0
+    assert (view.data + view.byte_offset, view.ndim) == (t.data_ptr, 1)
+    assert id(t) <= view.shape < view.strides < id(t) + sys.getsizeof(t)   # inside the object: no allocation
+    assert tuple((ctypes.c_int64 * 1).from_address(view.strides)) == (3,) and sys.getrefcount(t) == refs
+
+
+def _allocate(api, shape, dtype=(2, 32, 1), device=(1, 0), with_set_error=True):
+    from dlpack_ref.testing import ALLOCATOR_T, SET_ERROR_T, DLTensor
+
+    import ctypes
+    shape_c = (ctypes.c_int64 * max(len(shape), 1))(*shape)
+    proto = DLTensor(data=None, ndim=len(shape), shape=ctypes.addressof(shape_c), strides=None)
+    proto.dtype.code, proto.dtype.bits, proto.dtype.lanes = dtype
+    proto.device.device_type, proto.device.device_id = device
+    out = ctypes.c_void_p(0)
+    errors = []
+    set_error = SET_ERROR_T(lambda ctx, kind, msg: errors.append((ctx, kind, msg))) if with_set_error else SET_ERROR_T()
+    rc = ALLOCATOR_T(api.managed_tensor_allocator)(ctypes.byref(proto), ctypes.byref(out), 77, set_error)
+    return rc, out.value, errors
+
+
+def test_allocate_fill_and_wrap_as_torch_and_tvm_do(adopter):
+    """A kernel library's output: the allocator makes the tensor, the library
+    fills it, managed_tensor_to_py_object_no_sync hands it over as a Tensor."""
+    from dlpack_ref.testing import TO_PY_T, DLManagedTensorVersioned
+
+    import ctypes
+    import numpy as np
+    c = _imported(adopter)
+    api = _table(c)
+    rc, address, errors = _allocate(api, (2, 3))
+    assert (rc, errors) == (0, [])
+    m = DLManagedTensorVersioned.from_address(address)
+    t = m.dl_tensor
+    assert (m.version.major, m.version.minor, m.flags, t.ndim, t.byte_offset) == (1, 3, 0, 2, 0)
+    assert tuple((ctypes.c_int64 * 2).from_address(t.shape)) == (2, 3)
+    assert tuple((ctypes.c_int64 * 2).from_address(t.strides)) == (3, 1)
+    assert t.data % 256 == 0
+    ctypes.memmove(t.data, np.arange(6, dtype=np.float32).tobytes(), 24)
+    data = t.data
+    obj = ctypes.c_void_p()
+    assert TO_PY_T(api.managed_tensor_to_py_object_no_sync)(address, ctypes.byref(obj)) == 0
+    x = ctypes.cast(obj, ctypes.py_object).value
+    ctypes.pythonapi.Py_DecRef(ctypes.c_void_p(obj.value))
+    assert type(x) is c.Tensor and x.data_ptr == data
+    assert np.from_dlpack(x).tolist() == [[0, 1, 2], [3, 4, 5]]
+    rc, address, _ = _allocate(api, (5,), dtype=(17, 4, 1))   # float4_e2m1fn: one element per byte
+    m = DLManagedTensorVersioned.from_address(address)
+    assert rc == 0 and m.flags == 4
+    from dlpack_ref.testing import DELETER_T
+    DELETER_T(m.deleter)(address)
+
+
+@pytest.mark.parametrize("shape, dtype, device, kind, words", [
+    ((4,), (2, 12, 1), (1, 0), b"BufferError", b"unsupported DLDataType(code=2, bits=12, lanes=1)"),
+    ((4,), (2, 32, 1), (4, 0), b"BufferError", b"cannot allocate memory on device (4, 0)"),
+    ((2, -1), (2, 32, 1), (1, 0), b"ValueError", b"negative dimension -1"),
+])
+def test_the_allocator_reports_through_set_error_not_python(adopter, shape, dtype, device, kind, words):
+    c = _imported(adopter)
+    rc, address, errors = _allocate(_table(c), shape, dtype, device)
+    assert rc == -1 and address is None and len(errors) == 1
+    assert errors[0][:2] == (77, kind) and words in errors[0][2]
+    rc, address, _ = _allocate(_table(c), shape, dtype, device, with_set_error=False)   # SetError NULL
+    assert rc == -1 and address is None
+
+
+def test_to_py_object_checks_the_tensor_and_deletes_a_refused_one_once(adopter, factory):
+    from dlpack_ref.testing import NAME_USED_VERSIONED, NAME_VERSIONED, TO_PY_T, c_api
+
+    import ctypes
+    import gc
+    c = _imported(adopter)
+    get = c_api("PyCapsule_GetPointer", ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)
+    rename = c_api("PyCapsule_SetName", ctypes.c_int, ctypes.py_object, ctypes.c_char_p)
+
+    def take(cap):
+        address = get(cap, NAME_VERSIONED)
+        rename(cap, NAME_USED_VERSIONED)
+        return address
+
+    to_py = TO_PY_T(_table(c).managed_tensor_to_py_object_no_sync)
+    for make, error, words in [(dict(shape=(2,), dtype=(2, 12, 1)), BufferError, "unsupported DLDataType"),
+                               (dict(shape=(2,), dtype=(2, 32, 1), device=(4, 0)), BufferError,
+                                "holds host-accessible memory only")]:
+        calls = factory.deleter_calls
+        with pytest.raises(error, match=words):
+            to_py(take(factory.make(**make)), ctypes.byref(ctypes.c_void_p()))
+        gc.collect()
+        assert factory.deleter_calls == calls + 1
+    cap = factory.make(shape=(3,), dtype=(2, 32, 1), flags=1)
+    obj = ctypes.c_void_p()
+    assert to_py(take(cap), ctypes.byref(obj)) == 0
+    x = ctypes.cast(obj, ctypes.py_object).value
+    ctypes.pythonapi.Py_DecRef(ctypes.c_void_p(obj.value))
+    assert x.data_ptr == factory.last_data and x.readonly and factory.deleter_calls == 2
+    del x
+    gc.collect()
+    assert factory.deleter_calls == 3
+
+
+def test_current_work_stream_is_null(adopter):
+    from dlpack_ref.testing import STREAM_T
+
+    import ctypes
+    c = _imported(adopter)
+    for device in [(1, 0), (2, 0)]:
+        stream = ctypes.c_void_p(5)
+        assert STREAM_T(_table(c).current_work_stream)(*device, ctypes.byref(stream)) == 0 and stream.value is None
+
+
+def test_the_adopter_consumes_its_own_tensors_through_its_table(adopter):
+    c = _imported(adopter)
+
+    class NoDevice(c.Tensor):
+        def __dlpack_device__(self):
+            raise AssertionError("__dlpack__ path taken")
+
+    import numpy as np
+    t = c.make(2, 32, 1, (3,), np.arange(3, dtype=np.float32).tobytes(), 0, NoDevice)
+    refs = sys.getrefcount(t)
+    u = c.from_dlpack(t)
+    assert u.data_ptr == t.data_ptr and sys.getrefcount(t) == refs + 1
+    del u
+    assert sys.getrefcount(t) == refs
+
+
+def test_the_memoized_table_lookup_sees_a_later_change_to_the_type(adopter):
+    """The consumer keeps the last type's table while the type's version tag
+    is unchanged; a __dlpack__ override added later is honoured at once."""
+    import numpy as np
+    c = _imported(adopter)
+
+    class Sub(c.Tensor):
+        def __dlpack_device__(self):   # the table path never asks it
+            raise AssertionError("__dlpack__ path taken")
+
+    t = c.make(2, 32, 1, (2,), np.zeros(2, np.float32).tobytes(), 0, Sub)
+    assert c.from_dlpack(t).data_ptr == t.data_ptr
+    assert c.from_dlpack(t).data_ptr == t.data_ptr   # from the memo
+
+    def refuse(self, **kwargs):
+        raise BufferError("late override")
+
+    Sub.__dlpack__ = refuse
+    with pytest.raises(BufferError, match="late override"):
+        c.from_dlpack(t)
+    del Sub.__dlpack__
+    assert c.from_dlpack(t).data_ptr == t.data_ptr
+
+
+def test_the_vectorcall_entries_parse_their_arguments_as_python_does(adopter):
+    import numpy as np
+    c = _imported(adopter)
+    t = _float32(c)
+    key = "".join(["max_", "version"])   # a keyword that is not the interned string
+    assert dlpack_ref.inspect(t.__dlpack__(**{key: (1, 3)}))["version"] == (1, 3)
+    # The Cython adopter's def signature is parsed by Cython (as fast as the
+    # header's vectorcall entry), in Cython's words for a positional argument.
+    no_positional = "takes exactly 0 positional arguments" if adopter[0] == "cython_adopter" else \
+        "takes no positional arguments"
+    with pytest.raises(TypeError, match=rf"__dlpack__\(\) {no_positional} \(1 given\)"):
+        t.__dlpack__(None)
+    with pytest.raises(TypeError, match="__dlpack__\\(\\) got an unexpected keyword argument 'streams'"):
+        t.__dlpack__(streams=None)
+    with pytest.raises(TypeError, match=r"from_dlpack\(\) takes exactly 1 positional argument \(2 given\)"):
+        c.from_dlpack(np.zeros(2), None)
+    with pytest.raises(TypeError, match=r"from_dlpack\(\) takes exactly 1 positional argument \(0 given\)"):
+        c.from_dlpack()
+    with pytest.raises(TypeError, match="from_dlpack\\(\\) got an unexpected keyword argument 'devices'"):
+        c.from_dlpack(np.zeros(2), devices=None)
+    x = np.arange(3.0)
+    u = c.from_dlpack(x, **{"".join(["co", "py"]): True})
+    assert u.data_ptr != x.ctypes.data and np.from_dlpack(u).tolist() == [0.0, 1.0, 2.0]
+
+
+def test_the_plain_import_refuses_non_producers_and_checks_the_device(adopter):
+    import numpy as np
+    c = _imported(adopter)
+
+    class NoDevice:
+        def __init__(self):
+            self.x = np.zeros(2)
+
+        def __dlpack__(self, **kwargs):
+            return self.x.__dlpack__(**kwargs)
+
+    class WrongDevice(NoDevice):
+        def __dlpack_device__(self):
+            return (2, 0)
+
+    class Legacy(WrongDevice):
+        def __dlpack__(self):
+            return self.x.__dlpack__()
+
+        def __dlpack_device__(self):
+            return (1, 0)
+
+    with pytest.raises(TypeError, match="from_dlpack expects an object with __dlpack__ and __dlpack_device__"):
+        c.from_dlpack(NoDevice())
+    with pytest.raises(TypeError, match="not int"):
+        c.from_dlpack(42)
+    with pytest.raises(BufferError, match=r"says \(2, 0\) but its capsule's tensor is on \(1, 0\)"):
+        c.from_dlpack(WrongDevice())
+    legacy = Legacy()
+    assert c.from_dlpack(legacy).data_ptr == legacy.x.ctypes.data
+
+
+@pytest.mark.parametrize("cxx", [False, True], ids=["c99", "cxx17"])
+def test_the_minimal_adopter_of_the_docs_compiles_and_exchanges(cxx, tmp_path):
+    """docs/vendoring.md's minimal C adopter, exactly as printed, built from
+    the vendored headers alone (-Wall -Wextra -Werror) and used."""
+    import re
+
+    docs = (Path(__file__).resolve().parent.parent / "docs" / "vendoring.md").read_text()
+    section = docs[docs.index("## A minimal adopter in C"):docs.index("## A minimal adopter in Cython")]
+    source = re.search(r"```c\n(.*?)```", section, re.S).group(1)
+    vendor = tmp_path / "vendor"
+    vendor.mkdir()
+    for header in VENDORED:
+        shutil.copy(Path(dlpack_ref.get_include(), header), vendor / header)
+    (tmp_path / ("minimal.cpp" if cxx else "minimal.c")).write_text(source)
+    compile_c_extension(tmp_path / ("minimal.cpp" if cxx else "minimal.c"), tmp_path, c_include=[vendor], cxx=cxx)
+    out = _run_blocked(("minimal", tmp_path), """
+import numpy as np
+x = np.arange(6.0).reshape(2, 3)[:, ::-1]
+t = c.from_dlpack(x)
+back = np.from_dlpack(t)
+assert back.ctypes.data == x.ctypes.data and back.strides == x.strides and (back == x).all()
+assert type(c.Tensor.__dict__["__dlpack_c_exchange_api__"]).__name__ == "PyCapsule"
+u = c.from_dlpack(t)   # through its own table
+assert np.from_dlpack(u).ctypes.data == x.ctypes.data
+copied = np.from_dlpack(c.from_dlpack(x, copy=True))   # NumPy makes the copy itself
+assert copied.ctypes.data != x.ctypes.data and (copied == x).all()
+try:
+    t.__dlpack__(max_version=(1, 3), copy=True)
+except BufferError as e:
+    assert "cannot be copied" in str(e), e
+else:
+    raise AssertionError("a copy was made")
 print("ok")
 """)
     assert out.strip() == "ok"

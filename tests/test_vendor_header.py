@@ -127,9 +127,32 @@ STREAMS = [None, 1, 2, 3, 2**40, 2**64 - 1, -1, 0, -2, -(2**70), True, False, 1.
            _Proto((0, 0)), _Proto((0, 7)), _Proto((1, 7)), _Proto((0, -1)), _Proto((0, True)), _Proto([0, 7])]
 
 
-def test_the_stream_rule_of_the_header_answers_as_streams_py(tmp_path, vendored):
-    # The rule is written twice (the core's CUDA layer is Python): the two
-    # must give the same value, or the same exception type and message.
+# The stream rule's answers, written out: a value, or the exception's type
+# and a word of its message (CUDA-family memory; CPU memory takes None only).
+STREAM_ANSWERS = [
+    (None, 1), (1, 1), (2, 2), (3, 3), (2**40, 2**40), (2**64 - 2, 2**64 - 2), (-1, -1),
+    (2**64 - 1, (ValueError, "below 2**64 - 1")), (2**70, (ValueError, "below 2**64 - 1")),
+    (0, (ValueError, "ambiguous")), (-2, (ValueError, "is not valid")), (-(2**70), (ValueError, "is not valid")),
+    (True, (TypeError, "not bool")), (False, (TypeError, "not bool")), (1.0, (TypeError, "not float")),
+    ("1", (TypeError, "not str")), (object(), (TypeError, "not object")),
+    (_Proto((0, 0)), 1), (_Proto((0, 7)), 7), (_Proto((1, 7)), (ValueError, "protocol version 0")),
+    (_Proto((0, -1)), (ValueError, "from 0 to 2**64 - 2")), (_Proto((0, True)), (ValueError, "from 0 to 2**64 - 2")),
+    (_Proto((0, 2**64 - 1)), (ValueError, "from 0 to 2**64 - 2")), (_Proto((0, 2**64 - 2)), 2**64 - 2),
+    (_Proto([0, 7]), (ValueError, "expected (0, handle)")),
+]
+
+
+def _stream_outcome(fn, expected):
+    try:
+        return fn()
+    except Exception as e:  # the answer compared is the exception
+        return (type(e), expected[1] if isinstance(expected, tuple) and expected[1] in str(e) else str(e))
+
+
+def test_the_stream_rule_of_the_header_answers_as_written(tmp_path, vendored):
+    """The header's rule, through a vendoring extension and through the core's
+    CUDA layer (dlpack_ref._streams.stream_handle, which calls the same C):
+    the same value, or the same exception type and message."""
     import importlib.util
 
     from dlpack_ref._streams import stream_handle
@@ -141,16 +164,18 @@ def test_the_stream_rule_of_the_header_answers_as_streams_py(tmp_path, vendored)
     spec = importlib.util.spec_from_file_location("stream_probe", so)
     probe = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(probe)
-    owner = dlpack_ref.zeros(1)   # an Array, so that "for an Array on cpu:0" reads the same
-    for cuda in (True, False):
-        for stream in STREAMS:
-            def outcome(fn):
-                try:
-                    return ("value", fn())
-                except Exception as e:  # the answer compared is the exception
-                    return (type(e), str(e))
-            header = outcome(lambda: probe.stream_value(stream, cuda, owner))
-            python = outcome(lambda: stream_handle(stream, cuda_memory=cuda, where="cpu:0"))
-            if python[0] == "value" and python[1] >= 2**63:
-                python = ("value", python[1] - 2**64)   # the header keeps a handle's 64 bits in an int64
-            assert header == python, (stream, cuda)
+    owner = dlpack_ref.zeros(1)
+    for stream, expected in STREAM_ANSWERS:
+        header = _stream_outcome(lambda: probe.stream_value(stream, True, owner), expected)
+        if isinstance(header, int) and header < -1:
+            header += 2**64   # the header keeps a handle's 64 bits in an int64
+        assert header == expected, (stream, header)
+        assert _stream_outcome(lambda: stream_handle(stream), expected) == expected, stream
+        # CPU memory: None only; an int or a stream object is a ValueError naming the array.
+        cpu = _stream_outcome(lambda: probe.stream_value(stream, False, owner), None)
+        if stream is None:
+            assert cpu == 1
+        elif isinstance(stream, int) or hasattr(stream, "__cuda_stream__"):
+            assert cpu[0] is ValueError and "for an Array on cpu:0; only stream=None" in cpu[1], (stream, cpu)
+        else:
+            assert cpu[0] is TypeError and "stream must be None for CPU memory" in cpu[1], (stream, cpu)

@@ -8,35 +8,28 @@
 #include <stdlib.h>
 #include "dlpack_ref.h"
 
-/* The module's name; cpp_adopter.cpp compiles this same file as C++17
- * under another name, so one source proves both languages. */
-#ifndef ADOPTER_NAME
-#define ADOPTER_NAME c_adopter
-#endif
-#define ADOPTER_STR_(x) #x
-#define ADOPTER_STR(x) ADOPTER_STR_(x)
-#define ADOPTER ADOPTER_STR(ADOPTER_NAME)
-#define ADOPTER_INIT_(x) PyInit_##x
-#define ADOPTER_INIT(x) ADOPTER_INIT_(x)
+#define ADOPTER "c_adopter"   /* the module name, in messages */
 
 typedef struct {
-    PyObject_HEAD
+    PyObject_VAR_HEAD
     DLTensor t;
-    int64_t shape[DLPACK_REF_MAX_NDIM], strides[DLPACK_REF_MAX_NDIM];
     uint64_t flags;            /* READ_ONLY, IS_SUBBYTE_TYPE_PADDED */
     void* own;                 /* malloc'd memory, or NULL */
     DLPackRefTensor imported;  /* a taken tensor held zero-copy, or empty */
     PyObject* meta;            /* anything the user attaches */
+    int64_t dims[1];           /* shape then strides, 2 * ndim, allocated with the object */
 } Tensor;
 
 static PyTypeObject TensorType;
 
-static Tensor* tensor_new(void) {
-    Tensor* self = PyObject_New(Tensor, &TensorType);
+/* A new, zeroed tensor of `type` (Tensor or a subclass) with room for
+ * `ndim` extents and strides (one small allocation: no fixed 64-dim arrays). */
+static Tensor* tensor_new_of(PyTypeObject* type, int32_t ndim) {
+    Tensor* self = (Tensor*)type->tp_alloc(type, ndim);
     if (self == NULL) return NULL;
-    memset(&self->t, 0, sizeof(Tensor) - offsetof(Tensor, t));
-    self->t.shape = self->shape;
-    self->t.strides = self->strides;
+    self->t.ndim = ndim;
+    self->t.shape = self->dims;
+    self->t.strides = self->dims + ndim;
     return self;
 }
 
@@ -44,15 +37,17 @@ static void tensor_dealloc(Tensor* self) {
     dlpack_ref_release(&self->imported);
     free(self->own);
     Py_XDECREF(self->meta);
-    PyObject_Free(self);
+    Py_TYPE(self)->tp_free((PyObject*)self);
 }
+
+static Tensor* tensor_new(int32_t ndim) { return tensor_new_of(&TensorType, ndim); }
 
 static int64_t nbytes_of(const DLTensor* t, uint64_t flags) {
     return dlpack_ref_nbytes(dlpack_ref_element_count(t->shape, t->ndim), dlpack_ref_storage_bits(t->dtype, flags));
 }
 
-/* A row-major copy of `src` in new memory of ours, on the CPU. */
-static Tensor* copy_to_host(const DLTensor* src, uint64_t flags) {
+/* A row-major copy of `src` in new memory of ours, on the CPU, as a `type`. */
+static Tensor* copy_to_host(PyTypeObject* type, const DLTensor* src, uint64_t flags) {
     int64_t bits = dlpack_ref_storage_bits(src->dtype, flags), n = nbytes_of(src, flags), i, k;
     const char* base = (const char*)src->data + src->byte_offset;
     Tensor* c;
@@ -61,16 +56,15 @@ static Tensor* copy_to_host(const DLTensor* src, uint64_t flags) {
         PyErr_SetString(PyExc_BufferError, ADOPTER " copies host-accessible memory only");
         return NULL;
     }
-    if ((c = tensor_new()) == NULL) return NULL;
-    c->t.ndim = src->ndim;
+    if ((c = tensor_new_of(type, src->ndim)) == NULL) return NULL;
     c->t.dtype = src->dtype;
     c->t.device.device_type = kDLCPU;
     c->flags = flags & DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED;
-    memcpy(c->shape, src->shape, (size_t)src->ndim * sizeof(int64_t));
-    for (d = src->ndim - 1, k = 1; d >= 0; --d) { c->strides[d] = k; k *= src->shape[d] > 0 ? src->shape[d] : 1; }
+    memcpy(c->t.shape, src->shape, (size_t)src->ndim * sizeof(int64_t));
+    for (d = src->ndim - 1, k = 1; d >= 0; --d) { c->t.strides[d] = k; k *= src->shape[d] > 0 ? src->shape[d] : 1; }
     c->own = c->t.data = malloc((size_t)(n ? n : 1));
     if (c->own == NULL) { Py_DECREF(c); return (Tensor*)PyErr_NoMemory(); }
-    if (src->strides == NULL || memcmp(src->strides, c->strides, (size_t)src->ndim * sizeof(int64_t)) == 0) {
+    if (src->strides == NULL || memcmp(src->strides, c->t.strides, (size_t)src->ndim * sizeof(int64_t)) == 0) {
         memcpy(c->own, base, (size_t)n);
         return c;
     }
@@ -92,26 +86,30 @@ static int copy_cb(void* ctx, const DLTensor* src, DLDevice target, PyObject* st
                      (int)target.device_type, (int)target.device_id);
         return -1;
     }
-    if ((c = copy_to_host(src, ((Tensor*)ctx)->flags)) == NULL) return -1;
+    if ((c = copy_to_host(&TensorType, src, ((Tensor*)ctx)->flags)) == NULL) return -1;
     *out = c->t;
     *owner = (PyObject*)c;
     return 0;
 }
 
-static void describe(Tensor* self, dlpack_ref_producer* p) {
+/* The one description of a tensor: __dlpack__ and the exchange table both
+ * export from it, so they cannot disagree. */
+static int describe(PyObject* obj, dlpack_ref_producer* p) {
+    Tensor* self = (Tensor*)obj;
     p->tensor = self->t;
-    p->owner = (PyObject*)self;
+    p->owner = obj;
     p->read_only = (self->flags & DLPACK_FLAG_BITMASK_READ_ONLY) != 0;
     p->flags = self->flags;
     p->ctx = self;
     p->copy = copy_cb;
     p->order = NULL;   /* CPU memory: nothing is ever pending */
+    return 0;
 }
 
-static PyObject* tensor_dlpack(Tensor* self, PyObject* args, PyObject* kwargs) {
+static PyObject* tensor_dlpack(Tensor* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
     dlpack_ref_producer p;
-    describe(self, &p);
-    return dlpack_ref_producer_dlpack(&p, args, kwargs);
+    describe((PyObject*)self, &p);
+    return dlpack_ref_producer_dlpack_fast(&p, args, nargs, kwnames);
 }
 
 static PyObject* tensor_dlpack_device(Tensor* self, PyObject* unused) {
@@ -141,48 +139,59 @@ static int tensor_set_meta(Tensor* self, PyObject* v, void* unused) {
     return 0;
 }
 
+/* A tensor of ours holding the taken tensor `t` zero-copy; consumes `t`
+ * (released on failure). from_dlpack and the exchange table both use it. */
+static PyObject* wrap(DLPackRefTensor* t) {
+    Tensor* r;
+    const DLTensor* src = t->dl_tensor;
+    if (!dlpack_ref_device_host_accessible((int32_t)src->device.device_type)) {
+        dlpack_ref_release(t);
+        PyErr_SetString(PyExc_BufferError, ADOPTER " holds host-accessible memory only");
+        return NULL;
+    }
+    if ((r = tensor_new(src->ndim)) == NULL) { dlpack_ref_release(t); return NULL; }
+    r->imported = *t;
+    r->t.data = src->data;
+    r->t.device = src->device;
+    r->t.dtype = src->dtype;
+    r->t.byte_offset = src->byte_offset;
+    memcpy(r->t.shape, src->shape, (size_t)src->ndim * sizeof(int64_t));
+    if (src->strides != NULL) {
+        memcpy(r->t.strides, src->strides, (size_t)src->ndim * sizeof(int64_t));
+    } else {
+        int d; int64_t k = 1;
+        for (d = src->ndim - 1; d >= 0; --d) { r->t.strides[d] = k; k *= r->t.shape[d] > 0 ? r->t.shape[d] : 1; }
+    }
+    r->flags = t->flags & (DLPACK_FLAG_BITMASK_READ_ONLY | DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED);
+    return (PyObject*)r;
+}
+
+/* __dlpack_c_exchange_api__ of Tensor, from the same describe and wrap;
+ * the builder's host allocator and "no stream" (CPU memory only). */
+static dlpack_ref_exchange_spec tensor_spec = {&TensorType, describe, wrap, NULL, NULL};
+DLPACK_REF_EXCHANGE_TABLE(tensor_api, tensor_spec);
+
 /* from_dlpack(x, /, *, device=None, copy=None): the header decides, we copy. */
-static PyObject* from_dlpack(PyObject* mod, PyObject* args, PyObject* kwargs) {
-    /* The keyword table is char*[]; the casts let C++ compile it too. */
-    static char* names[] = {(char*)"", (char*)"device", (char*)"copy", NULL};
-    PyObject *x, *device = Py_None, *copy = Py_None;
+static PyObject* from_dlpack(PyObject* mod, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+    PyObject *x, *device, *copy;
     DLPackRefTensor t;
     DLDevice target;
     int must_copy;
     Tensor* r;
     (void)mod;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|$OO", names, &x, &device, &copy)) return NULL;
+    if (dlpack_ref_consumer_args(args, nargs, kwnames, &x, &device, &copy) < 0) return NULL;
     if (dlpack_ref_consumer_take(x, device, copy, Py_None, &t, &target, &must_copy) < 0) return NULL;
-    if (!dlpack_ref_device_host_accessible((int32_t)t.dl_tensor->device.device_type) && !must_copy) {
-        dlpack_ref_release(&t);
-        PyErr_SetString(PyExc_BufferError, ADOPTER " holds host-accessible memory only");
-        return NULL;
-    }
-    if (must_copy) {
-        r = target.device_type == kDLCPU ? copy_to_host(t.dl_tensor, t.flags) : NULL;
-        if (r == NULL && !PyErr_Occurred())
-            PyErr_Format(PyExc_BufferError, ADOPTER " cannot copy to device (%d, %d)", (int)target.device_type,
-                         (int)target.device_id);
-        dlpack_ref_release(&t);
-        return (PyObject*)r;
-    }
-    if ((r = tensor_new()) == NULL) { dlpack_ref_release(&t); return NULL; }
-    r->imported = t;
-    r->t = *t.dl_tensor;
-    r->t.shape = r->shape;
-    r->t.strides = r->strides;
-    memcpy(r->shape, t.dl_tensor->shape, (size_t)t.dl_tensor->ndim * sizeof(int64_t));
-    if (t.dl_tensor->strides != NULL) {
-        memcpy(r->strides, t.dl_tensor->strides, (size_t)t.dl_tensor->ndim * sizeof(int64_t));
-    } else {
-        int d; int64_t k = 1;
-        for (d = t.dl_tensor->ndim - 1; d >= 0; --d) { r->strides[d] = k; k *= r->shape[d] > 0 ? r->shape[d] : 1; }
-    }
-    r->flags = t.flags & (DLPACK_FLAG_BITMASK_READ_ONLY | DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED);
+    if (!must_copy) return wrap(&t);
+    r = target.device_type == kDLCPU ? copy_to_host(&TensorType, t.dl_tensor, t.flags) : NULL;
+    if (r == NULL && !PyErr_Occurred())
+        PyErr_Format(PyExc_BufferError, ADOPTER " cannot copy to device (%d, %d)", (int)target.device_type,
+                     (int)target.device_id);
+    dlpack_ref_release(&t);
     return (PyObject*)r;
 }
 
-/* make(code, bits, lanes, shape, data: bytes, flags=0): a row-major tensor of ours holding `data`. */
+/* make(code, bits, lanes, shape, data: bytes, flags=0, cls=Tensor): a row-major tensor of ours (of
+ * class `cls`, a subclass of Tensor) holding `data`. */
 static PyObject* make(PyObject* mod, PyObject* args) {
     int code, bits, lanes, d;
     unsigned long long flags = 0;
@@ -191,8 +200,16 @@ static PyObject* make(PyObject* mod, PyObject* args) {
     DLTensor desc;
     int64_t dims[DLPACK_REF_MAX_NDIM];
     Tensor* r;
+    PyTypeObject* cls = &TensorType;
     (void)mod;
-    if (!PyArg_ParseTuple(args, "iiiO!y*|K", &code, &bits, &lanes, &PyTuple_Type, &shape, &data, &flags)) return NULL;
+    if (!PyArg_ParseTuple(args, "iiiO!y*|KO!", &code, &bits, &lanes, &PyTuple_Type, &shape, &data, &flags,
+                          &PyType_Type, &cls))
+        return NULL;
+    if (!PyType_IsSubtype(cls, &TensorType)) {
+        PyBuffer_Release(&data);
+        PyErr_SetString(PyExc_TypeError, "cls must be a subclass of Tensor");
+        return NULL;
+    }
     memset(&desc, 0, sizeof desc);
     desc.ndim = (int32_t)PyTuple_GET_SIZE(shape);
     desc.dtype.code = (uint8_t)code; desc.dtype.bits = (uint8_t)bits; desc.dtype.lanes = (uint16_t)lanes;
@@ -206,14 +223,14 @@ static PyObject* make(PyObject* mod, PyObject* args) {
         PyErr_SetString(PyExc_ValueError, "data has the wrong size for the shape and dtype");
         return NULL;
     }
-    r = copy_to_host(&desc, flags);
+    r = copy_to_host(cls, &desc, flags);
     PyBuffer_Release(&data);
     if (r != NULL) r->flags |= flags & DLPACK_FLAG_BITMASK_READ_ONLY;
     return (PyObject*)r;
 }
 
 static PyMethodDef tensor_methods[] = {
-    {"__dlpack__", (PyCFunction)(void (*)(void))tensor_dlpack, METH_VARARGS | METH_KEYWORDS, NULL},
+    {"__dlpack__", (PyCFunction)(void (*)(void))tensor_dlpack, METH_FASTCALL | METH_KEYWORDS, NULL},
     {"__dlpack_device__", (PyCFunction)tensor_dlpack_device, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL}};
 
@@ -224,22 +241,25 @@ static PyGetSetDef tensor_getset[] = {
     {NULL, NULL, NULL, NULL, NULL}};
 
 static PyMethodDef module_methods[] = {
-    {"from_dlpack", (PyCFunction)(void (*)(void))from_dlpack, METH_VARARGS | METH_KEYWORDS, NULL},
+    {"from_dlpack", (PyCFunction)(void (*)(void))from_dlpack, METH_FASTCALL | METH_KEYWORDS, NULL},
     {"make", make, METH_VARARGS, NULL},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, ADOPTER, NULL, -1, module_methods,
                                         NULL, NULL, NULL, NULL};
 
-PyMODINIT_FUNC ADOPTER_INIT(ADOPTER_NAME)(void) {
+PyMODINIT_FUNC PyInit_c_adopter(void) {
     PyObject* m;
     TensorType.tp_name = ADOPTER ".Tensor";
-    TensorType.tp_basicsize = sizeof(Tensor);
-    TensorType.tp_flags = Py_TPFLAGS_DEFAULT;
+    TensorType.tp_basicsize = offsetof(Tensor, dims);
+    TensorType.tp_itemsize = 2 * sizeof(int64_t);
+    TensorType.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE;
     TensorType.tp_dealloc = (destructor)tensor_dealloc;
     TensorType.tp_methods = tensor_methods;
     TensorType.tp_getset = tensor_getset;
-    if (PyType_Ready(&TensorType) < 0 || (m = PyModule_Create(&module_def)) == NULL) return NULL;
+    if (PyType_Ready(&TensorType) < 0 || dlpack_ref_publish_exchange_api(&TensorType, &tensor_api) < 0
+            || (m = PyModule_Create(&module_def)) == NULL)
+        return NULL;
 #ifdef Py_GIL_DISABLED
     PyUnstable_Module_SetGIL(m, Py_MOD_GIL_NOT_USED);
 #endif

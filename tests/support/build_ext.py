@@ -4,6 +4,7 @@ compiler Python was built with, nothing but dlpack_ref.get_include() on the
 include paths."""
 
 import importlib.util
+import os
 import shutil
 import subprocess
 import sys
@@ -31,34 +32,48 @@ def compile_extension(pyx: Path, build: Path, cython_include=(), c_include=()):
     compiler Python was built with, and import it; `cython_include` and
     `c_include` are the only include folders added (skips the test when
     Cython or a C compiler is missing)."""
-    pytest.importorskip("Cython")
-    cc = (sysconfig.get_config_var("CC") or "cc").split()
-    if shutil.which(cc[0]) is None:
-        pytest.skip(f"no C compiler ({cc[0]})")
-    c_file = build / (pyx.stem + ".c")
-    subprocess.run([sys.executable, "-m", "cython", "-3", *(f"-I{d}" for d in cython_include), str(pyx),
-                    "-o", str(c_file)], check=True, capture_output=True, text=True)
-    so = build / (pyx.stem + sysconfig.get_config_var("EXT_SUFFIX"))
-    subprocess.run([*cc, "-shared", "-fPIC", "-O1", "-I", sysconfig.get_paths()["include"],
-                    *(f"-I{d}" for d in c_include), str(c_file), "-o", str(so)],
-                   check=True, capture_output=True, text=True)
+    so = compile_cython_extension(pyx, build, cython_include, c_include)
     spec = importlib.util.spec_from_file_location(pyx.stem, so)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-def compile_c_extension(source: Path, build: Path, c_include=(), cxx: bool = False) -> Path:
-    """Compile the C (or, with ``cxx``, C++) extension ``source`` into folder
-    ``build`` with the compiler Python was built with (g++ for C++) and
-    ``c_include`` as the only include folders besides Python's; return the
-    path of the built module, not imported (skips the test when no compiler
-    is found)."""
-    cc = ["g++", "-std=c++17"] if cxx else [*(sysconfig.get_config_var("CC") or "cc").split(), "-std=c99"]
+def sanitizer_flags() -> list[str]:
+    """The compiler flags of the sanitizer lane (tools/sanitize.sh exports
+    them as DLREF_SANITIZER_FLAGS while it runs the tests), so that the
+    extensions the tests build are instrumented like the core; none
+    elsewhere (an instrumented module needs libasan preloaded)."""
+    return os.environ.get("DLREF_SANITIZER_FLAGS", "").split()
+
+
+def compile_cython_extension(pyx: Path, build: Path, cython_include=(), c_include=()) -> Path:
+    """Translate the Cython module `pyx` to C in folder `build` and compile
+    it there as compile_c_extension does, minus -Werror (Cython's generated
+    C is not warning-free); return the path of the built module, not
+    imported (skips the test when Cython or a C compiler is missing)."""
+    pytest.importorskip("Cython")
+    c_file = build / (pyx.stem + ".c")
+    out = subprocess.run([sys.executable, "-m", "cython", "-3", *(f"-I{d}" for d in cython_include), str(pyx),
+                          "-o", str(c_file)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-4000:]
+    return compile_c_extension(c_file, build, c_include, strict=False)
+
+
+def compile_c_extension(source: Path, build: Path, c_include=(), cxx: bool = False, strict: bool = True) -> Path:
+    """Compile the C (or, with ``cxx``, C++17) extension ``source`` into
+    folder ``build`` with the compiler Python was built with (g++ for C++),
+    ``-Wall -Wextra`` (``-Werror`` too and, for C, ``-std=c99`` when
+    ``strict``), the sanitizer lane's flags when it runs, and ``c_include``
+    as the only include folders besides Python's; return the path of the
+    built module, not imported (skips the test when no compiler is
+    found)."""
+    cc = ["g++", "-std=c++17"] if cxx else (sysconfig.get_config_var("CC") or "cc").split()
     if shutil.which(cc[0]) is None:
         pytest.skip(f"no compiler ({cc[0]})")
+    strictness = ["-Werror", *([] if cxx else ["-std=c99"])] if strict else []
     so = build / (source.stem + sysconfig.get_config_var("EXT_SUFFIX"))
-    out = subprocess.run([*cc, "-shared", "-fPIC", "-O1", "-Wall", "-Wextra", "-Werror",
+    out = subprocess.run([*cc, "-shared", "-fPIC", "-O1", "-Wall", "-Wextra", *strictness, *sanitizer_flags(),
                           "-isystem", sysconfig.get_paths()["include"], *(f"-I{d}" for d in c_include),
                           str(source), "-o", str(so)], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-4000:]
