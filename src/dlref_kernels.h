@@ -220,12 +220,15 @@ static void dlref_copy_coalesced(char* dst, const int64_t* ds, const char* src, 
 #define DLREF_POOL_GRAIN ((int64_t)1 << 20)
 static int64_t dlref_pool_grain = DLREF_POOL_GRAIN;
 
-/* Parts for a job of `bytes` bytes moved with at most `threads` threads. */
+/* Parts for a job of `bytes` bytes moved with `threads` threads: four a
+   thread (parts go to whichever thread is free, so more parts than threads
+   even out a core that is slow or busy), none below the grain. */
+#define DLREF_PARTS_PER_THREAD 4
 static int dlref_parts_for(int64_t bytes, int threads) {
     int64_t grain = dlref_pool_grain > 0 ? dlref_pool_grain : 1;
     int64_t parts = bytes / grain;
-    if (threads > DLREF_POOL_MAX_THREADS) threads = DLREF_POOL_MAX_THREADS;
-    return parts < 1 ? 1 : parts < threads ? (int)parts : threads;
+    int64_t most = (int64_t)(threads < DLREF_POOL_MAX_THREADS ? threads : DLREF_POOL_MAX_THREADS) * DLREF_PARTS_PER_THREAD;
+    return threads <= 1 || parts < 2 ? 1 : parts < most ? (int)parts : (int)most;
 }
 
 /* A piece of a coalesced array: its dims [first, k), dim `first` cut to
@@ -275,10 +278,10 @@ typedef struct {
     int k;
     size_t itemsize;          /* copies */
     int dt, st, src_bits;     /* conversions */
-    int64_t refused[DLREF_POOL_MAX_THREADS];
+    int64_t refused;          /* the sum over the parts (atomic adds) */
 } dlref_split_job;
 
-typedef void (*dlref_piece_fn)(dlref_split_job* job, int part, const int64_t* sh, int k, const int64_t* ds,
+typedef void (*dlref_piece_fn)(dlref_split_job* job, const int64_t* sh, int k, const int64_t* ds,
                                const int64_t* ss, int64_t doff, int64_t soff);
 
 /* Run `piece` on each piece of part `part` (dims [first, k), the cut extent
@@ -287,18 +290,16 @@ static void dlref_run_pieces(dlref_split_job* job, int part, int parts, dlref_pi
     dlref_piece pieces[3];
     int64_t sh[DLREF_MAX_NDIM];
     int i, n = dlref_split(job->k, job->sh, job->ds, job->ss, part, parts, pieces);
-    job->refused[part] = 0;
     for (i = 0; i < n; ++i) {
         int first = pieces[i].first, k = job->k - first;
         memcpy(sh, job->sh + first, (size_t)k * sizeof(int64_t));
         sh[0] = pieces[i].extent;
-        piece(job, part, sh, k, job->ds + first, job->ss + first, pieces[i].doff, pieces[i].soff);
+        piece(job, sh, k, job->ds + first, job->ss + first, pieces[i].doff, pieces[i].soff);
     }
 }
 
-static void dlref_copy_piece(dlref_split_job* job, int part, const int64_t* sh, int k, const int64_t* ds,
+static void dlref_copy_piece(dlref_split_job* job, const int64_t* sh, int k, const int64_t* ds,
                              const int64_t* ss, int64_t doff, int64_t soff) {
-    (void)part;
     dlref_copy_coalesced(job->dst, ds, job->src, ss, sh, k, job->itemsize, doff, soff);
 }
 
@@ -329,7 +330,7 @@ static int dlref_strided_copy(char* dst, const int64_t* dst_strides, const char*
     } else {
         dlref_split_job job;
         job.dst = dst; job.src = src; job.sh = sh; job.ds = ds; job.ss = ss; job.k = k; job.itemsize = itemsize;
-        dlref_pool_run(dlref_copy_part, &job, parts);
+        dlref_pool_run(dlref_copy_part, &job, parts, threads);
     }
     return 0;
 }
@@ -992,10 +993,11 @@ static int64_t dlref_convert_coalesced(char* dst, const int64_t* ds, int dt, con
     return refused;
 }
 
-static void dlref_convert_piece(dlref_split_job* job, int part, const int64_t* sh, int k, const int64_t* ds,
+static void dlref_convert_piece(dlref_split_job* job, const int64_t* sh, int k, const int64_t* ds,
                                 const int64_t* ss, int64_t doff, int64_t soff) {
-    job->refused[part] += dlref_convert_coalesced(job->dst, ds, job->dt, job->src, ss, job->st, job->src_bits,
-                                                  sh, k, doff, soff);
+    int64_t refused = dlref_convert_coalesced(job->dst, ds, job->dt, job->src, ss, job->st, job->src_bits,
+                                              sh, k, doff, soff);
+    if (refused) dlref_atomic_add(&job->refused, refused);
 }
 
 static void dlref_convert_part(void* job, int part, int parts) {
@@ -1015,8 +1017,8 @@ static int64_t dlref_convert(char* dst, const int64_t* dst_strides, int dt, cons
                                              1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
     int64_t sh[DLREF_MAX_NDIM], ds[DLREF_MAX_NDIM], ss[DLREF_MAX_NDIM];
     int64_t virt[DLREF_MAX_NDIM];
-    int64_t stride = 1, count = 1, refused = 0;
-    int k, d, parts, used;
+    int64_t stride = 1, count = 1;
+    int k, d, parts;
     if (ndim > DLREF_MAX_NDIM || ndim < 0 || dt < 0 || st < 0 || dt == DLREF_T_F4X2 || st == DLREF_T_F4X2) return -1;
     dlref_kernels_init();
     if (src_bits < 8) {
@@ -1033,11 +1035,10 @@ static int64_t dlref_convert(char* dst, const int64_t* dst_strides, int dt, cons
     {
         dlref_split_job job;
         job.dst = dst; job.src = src; job.sh = sh; job.ds = ds; job.ss = ss; job.k = k;
-        job.dt = dt; job.st = st; job.src_bits = src_bits;
-        used = dlref_pool_run(dlref_convert_part, &job, parts);
-        for (d = 0; d < used; ++d) refused += job.refused[d];
+        job.dt = dt; job.st = st; job.src_bits = src_bits; job.refused = 0;
+        dlref_pool_run(dlref_convert_part, &job, parts, threads);
+        return job.refused;
     }
-    return refused;
 }
 
 /* --- Python values in and out (nested sequences, scalars, tolist) ----------- */

@@ -9,7 +9,9 @@
      a free-threaded interpreter, or a copy started from inside a job) runs
      its whole job on its own thread, so callers never wait on each other
      and a job can never wait on itself;
-   - the caller runs part 0 itself and returns only when every part is done:
+   - parts are taken from a shared counter by the caller and the workers
+     alike, whoever is free, so a worker slow to get a core costs little;
+   - the caller returns only when every part is done:
      no worker is left running a part after the call, whatever happens to
      the calling thread's Python state (a pending KeyboardInterrupt raises
      after the copy, in the caller);
@@ -20,8 +22,7 @@
      the child, where no worker exists, re-creates its locks and starts new
      workers at its first parallel job;
    - a part cannot fail: the job checks everything before it is split, and
-     each part writes its own result slot (a count of refused values), which
-     the caller sums.
+     each part adds its count of refused values to the job's total.
    Without POSIX threads (Windows) every job runs on the calling thread.
 
    This header is included once, into the core's translation unit. */
@@ -46,16 +47,22 @@ static int dlref_pool_size = 0;
 #if defined(__GNUC__) || defined(__clang__)
 static inline int dlref_pool_get_size(void) { return __atomic_load_n(&dlref_pool_size, __ATOMIC_RELAXED); }
 static inline void dlref_pool_set_size(int n) { __atomic_store_n(&dlref_pool_size, n, __ATOMIC_RELAXED); }
+static inline void dlref_atomic_add(int64_t* total, int64_t n) { __atomic_add_fetch(total, n, __ATOMIC_RELAXED); }
 #else
 static inline int dlref_pool_get_size(void) { return dlref_pool_size; }
 static inline void dlref_pool_set_size(int n) { dlref_pool_size = n; }
+static inline void dlref_atomic_add(int64_t* total, int64_t n) { *total += n; }  /* serial only (below) */
 #endif
 
-#if defined(_WIN32)
+#if !defined(_WIN32) && !defined(__GNUC__) && !defined(__clang__)
+#define DLREF_POOL_SERIAL 1  /* no atomics known here: every job on the calling thread */
+#endif
+
+#if defined(_WIN32) || defined(DLREF_POOL_SERIAL)
 
 static int dlref_pool_available_cores(void) { return 1; }
-static int dlref_pool_run(dlref_pool_fn fn, void* job, int parts) {
-    (void)parts;
+static int dlref_pool_run(dlref_pool_fn fn, void* job, int parts, int threads) {
+    (void)parts; (void)threads;
     fn(job, 0, 1);
     return 1;
 }
@@ -80,12 +87,23 @@ static int dlref_pool_workers = 0;          /* started, numbered 1.. */
 static unsigned long dlref_pool_generation = 0;  /* one more per job */
 static dlref_pool_fn dlref_pool_job_fn = NULL;
 static void* dlref_pool_job_arg = NULL;
-static int dlref_pool_job_parts = 0;
-static int dlref_pool_pending = 0;          /* worker parts not finished */
+static int dlref_pool_job_parts = 0;        /* 0: no job open to join */
+static int dlref_pool_job_helpers = 0;      /* workers asked to join it */
+static int dlref_pool_active = 0;           /* workers inside the job */
+static int dlref_pool_next = 0;             /* next part to take (atomic) */
 static int dlref_pool_atfork_registered = 0;
 /* The generation each worker was started at: the job it must wait for is
    the next one, even when it first runs after that job was posted. */
 static unsigned long dlref_pool_born[DLREF_POOL_MAX_THREADS + 1];
+
+/* Parts are taken one at a time from a shared counter by whoever is free,
+   the caller included: on a loaded machine, where a worker may wait long
+   for a core, the caller takes the parts it would have done and the job
+   costs about what it costs on one thread. */
+static void dlref_pool_take_parts(dlref_pool_fn fn, void* job, int parts) {
+    int part;
+    while ((part = __atomic_fetch_add(&dlref_pool_next, 1, __ATOMIC_RELAXED)) < parts) fn(job, part, parts);
+}
 
 /* The cores this process may run on (its affinity mask, as PyTorch counts
    them), not every core of the machine. */
@@ -122,12 +140,15 @@ static void* dlref_pool_worker(void* arg) {
         int parts;
         while (dlref_pool_generation == seen) pthread_cond_wait(&dlref_pool_work, &dlref_pool_state);
         seen = dlref_pool_generation;
-        if (index >= dlref_pool_job_parts) continue;
+        /* Join only a job still open (its caller has not finished it) that
+           asked for this worker. */
+        if (dlref_pool_job_parts == 0 || index > dlref_pool_job_helpers) continue;
         fn = dlref_pool_job_fn; job = dlref_pool_job_arg; parts = dlref_pool_job_parts;
+        ++dlref_pool_active;
         pthread_mutex_unlock(&dlref_pool_state);
-        fn(job, index, parts);
+        dlref_pool_take_parts(fn, job, parts);
         pthread_mutex_lock(&dlref_pool_state);
-        if (--dlref_pool_pending == 0) pthread_cond_signal(&dlref_pool_done);
+        if (--dlref_pool_active == 0) pthread_cond_signal(&dlref_pool_done);
     }
     return NULL;
 }
@@ -150,7 +171,7 @@ static void dlref_pool_child_after_fork(void) {
     pthread_cond_init(&dlref_pool_work, NULL);
     pthread_cond_init(&dlref_pool_done, NULL);
     dlref_pool_workers = 0;
-    dlref_pool_pending = 0;
+    dlref_pool_active = 0;
     dlref_pool_job_parts = 0;
 }
 
@@ -188,19 +209,23 @@ static int dlref_pool_grow(int wanted) {
     return have;
 }
 
-/* Run fn over `parts` parts, part 0 on this thread, and return when all are
-   done. Returns the number of parts it was split into: 1 (fn(job, 0, 1)
-   did all of it) when parts <= 1, the pool is busy or no worker starts. */
-static int dlref_pool_run(dlref_pool_fn fn, void* job, int parts) {
-    int workers;
-    if (parts > DLREF_POOL_MAX_THREADS) parts = DLREF_POOL_MAX_THREADS;
-    if (parts <= 1 || pthread_mutex_trylock(&dlref_pool_job_lock) != 0) {
+/* Run fn over `parts` parts with at most `threads` threads, this one
+   included, and return when all are done. Returns the number of parts: 1
+   (fn(job, 0, 1) did all of it) when parts or threads are 1, the pool is
+   busy or no worker starts. */
+static int dlref_pool_run(dlref_pool_fn fn, void* job, int parts, int threads) {
+    int helpers = threads - 1;
+    if (helpers > parts - 1) helpers = parts - 1;
+    if (helpers > DLREF_POOL_MAX_THREADS - 1) helpers = DLREF_POOL_MAX_THREADS - 1;
+    if (helpers < 1 || pthread_mutex_trylock(&dlref_pool_job_lock) != 0) {
         fn(job, 0, 1);
         return 1;
     }
-    workers = dlref_pool_grow(parts - 1);
-    if (workers < parts - 1) parts = workers + 1;
-    if (parts <= 1) {
+    {
+        int workers = dlref_pool_grow(helpers);
+        if (workers < helpers) helpers = workers;
+    }
+    if (helpers < 1) {
         pthread_mutex_unlock(&dlref_pool_job_lock);
         fn(job, 0, 1);
         return 1;
@@ -209,19 +234,22 @@ static int dlref_pool_run(dlref_pool_fn fn, void* job, int parts) {
     dlref_pool_job_fn = fn;
     dlref_pool_job_arg = job;
     dlref_pool_job_parts = parts;
-    dlref_pool_pending = parts - 1;
+    dlref_pool_job_helpers = helpers;
+    __atomic_store_n(&dlref_pool_next, 0, __ATOMIC_RELAXED);
     ++dlref_pool_generation;
     pthread_cond_broadcast(&dlref_pool_work);
     pthread_mutex_unlock(&dlref_pool_state);
-    fn(job, 0, parts);
+    dlref_pool_take_parts(fn, job, parts);
+    /* Every part is taken: close the job to late workers, then wait for
+       those still finishing theirs. */
     pthread_mutex_lock(&dlref_pool_state);
-    while (dlref_pool_pending > 0) pthread_cond_wait(&dlref_pool_done, &dlref_pool_state);
     dlref_pool_job_parts = 0;
+    while (dlref_pool_active > 0) pthread_cond_wait(&dlref_pool_done, &dlref_pool_state);
     pthread_mutex_unlock(&dlref_pool_state);
     pthread_mutex_unlock(&dlref_pool_job_lock);
     return parts;
 }
 
-#endif /* _WIN32 */
+#endif /* _WIN32 || DLREF_POOL_SERIAL */
 
 #endif /* DLREF_POOL_H */

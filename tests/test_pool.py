@@ -198,6 +198,9 @@ def split_everything():
     dr.set_num_threads(before)
 
 
+_kept = []
+
+
 def _on_threads(n, fn):
     """("ok", the result as an ndarray) or (exception type, message) of fn
     run with n threads. A result NumPy cannot import (bfloat16, float8) is
@@ -207,6 +210,10 @@ def _on_threads(n, fn):
         result = fn()
     except (ValueError, TypeError, BufferError) as exc:
         return (type(exc).__name__, str(exc))
+    # Kept alive, so that the next result is not written over this one's
+    # freed block, whose stale bytes would hide a part left uncopied.
+    _kept.append(result)
+    del _kept[:-4]
     try:
         return ("ok", np.from_dlpack(result).copy())
     except (BufferError, RuntimeError):  # NumPy: "Unsupported dtype in DLTensor."
