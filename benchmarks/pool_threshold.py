@@ -1,13 +1,17 @@
 """Where the worker pool starts to pay: each case timed on one thread and
 split in two (every split forced, the pool's grain set to 1 byte), the two
 interleaved (benchmarks/interleave.py), over sizes in bytes moved (read plus
-written). The threshold is the smallest size from which two threads beat one
-by at least 10 % in every case at that size and at every larger one; the
-core's grain (DLREF_POOL_GRAIN in src/dlref_kernels.h: the least bytes a part
+written), the whole sweep repeated (--runs) and each ratio the median over
+the runs, so that a burst of load from other processes moves none of them.
+The threshold is the smallest size from which two threads beat one by at
+least 10 % (the geometric mean of the cases' ratios at most 0.9) at that
+size and at every larger one. Where no size gains that much (a machine whose
+other processes leave no core free), the break-even size stands in: the
+smallest from which the geometric mean stays at most 1.05. The core's grain (DLREF_POOL_GRAIN in src/dlref_kernels.h: the least bytes a part
 moves) is half of it. Results: benchmarks/results/pool_threshold.json and
 docs/benchmarks.md, "Worker pool threshold".
 
-    python benchmarks/pool_threshold.py [--quick] [--threads N] [--json PATH]
+    python benchmarks/pool_threshold.py [--quick] [--runs N] [--threads N] [--json PATH]
 
 Copies and conversions of fewer than 2**14 elements keep the GIL and never
 split (_NOGIL_ELEMENTS in src/_array.pxi), so the sweep starts there.
@@ -68,11 +72,31 @@ def sweep(sizes, threads: int, rounds: int) -> list:
     return rows
 
 
-def threshold(rows, sizes) -> int | None:
-    """The smallest size from which every case at it and above has ratio <= 0.9."""
+def median_rows(runs: list) -> list:
+    """One row per (size, case): the median ratio over the runs."""
+    import statistics
+    merged = []
+    for i, row in enumerate(runs[0]):
+        ratios = [run[i]["ratio"] for run in runs]
+        merged.append({**row, "ratio": statistics.median(ratios), "ratios": ratios})
+    return merged
+
+
+def geomean_by_size(rows, sizes) -> dict:
+    import math
+    means = {}
+    for moved in sizes:
+        ratios = [r["ratio"] for r in rows if r["bytes_moved"] == moved]
+        means[moved] = math.exp(sum(math.log(x) for x in ratios) / len(ratios))
+    return means
+
+
+def threshold(means: dict, limit: float) -> int | None:
+    """The smallest size from which the geometric mean is at most `limit`
+    at it and at every larger size."""
     found = None
-    for moved in reversed(sizes):
-        if all(r["ratio"] <= 0.9 for r in rows if r["bytes_moved"] == moved):
+    for moved in sorted(means, reverse=True):
+        if means[moved] <= limit:
             found = moved
         else:
             break
@@ -82,6 +106,7 @@ def threshold(rows, sizes) -> int | None:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="fewer rounds (a smoke run)")
+    p.add_argument("--runs", type=int, default=5, help="sweeps, each ratio the median over them")
     p.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
     p.add_argument("--json", default=os.path.join(HERE, "results", "pool_threshold.json"))
     args = p.parse_args(argv)
@@ -93,16 +118,31 @@ def main(argv=None) -> int:
           f"{len(os.sched_getaffinity(0))} available; split in {args.threads}")
     grain = core._set_pool_grain(1)
     try:
-        rows = sweep(sizes, args.threads, 5 if args.quick else 21)
+        runs = []
+        for run in range(1 if args.quick else args.runs):
+            print(f"run {run + 1}")
+            runs.append(sweep(sizes, args.threads, 5 if args.quick else 21))
     finally:
         core._set_pool_grain(grain)
-    found = threshold(rows, sizes)
+    rows = median_rows(runs)
+    means = geomean_by_size(rows, sizes)
+    print("median over the runs; geometric mean of the cases:")
+    for moved, mean in means.items():
+        print(f"  {moved // KIB:8d} KiB  " + "  ".join(f"{r['ratio']:5.2f}" for r in rows if r["bytes_moved"] == moved)
+              + f"   geomean {mean:5.2f}")
+    gain, even = threshold(means, 0.9), threshold(means, 1.05)
+    found = gain or even
     print(f"load average at end: {os.getloadavg()[0]:.2f}")
-    print(f"threshold: {found} bytes moved" if found else "threshold: not reached in the sweep")
+    print(f"10 % gain from: {gain} bytes moved" if gain else "10 % gain: not reached in the sweep")
+    print(f"break-even from: {even} bytes moved" if even else "break-even: not reached in the sweep")
+    if found:
+        print(f"threshold {found} bytes moved: grain {found // 2} bytes (DLREF_POOL_GRAIN is {grain})")
     os.makedirs(os.path.dirname(args.json), exist_ok=True)
     with open(args.json, "w") as f:
         json.dump({"threads": args.threads, "load_average": os.getloadavg()[0], "quick": args.quick,
-                   "threshold_bytes_moved": found, "rows": rows}, f, indent=2)
+                   "runs": len(runs), "gain_from_bytes_moved": gain,
+                   "break_even_from_bytes_moved": even, "threshold_bytes_moved": found,
+                   "geomean_by_size": {str(k): v for k, v in means.items()}, "rows": rows}, f, indent=2)
     print(f"saved {args.json}")
     return 0
 
