@@ -27,8 +27,10 @@ def _calibrate(fn, budget_s: float) -> int:
 
 
 def compare(calls: dict, rounds: int = 31, budget_s: float = 0.01) -> dict:
-    """name -> {"min_ns", "median_ns", "number"}: per-call CPU time of each
-    callable, the calls of one round run back to back in rotating order."""
+    """name -> {"min_ns", "median_ns", "number"}: per-call wall time of each
+    callable, the calls of one round run back to back in rotating order.
+    Wall time, not the process's CPU time: a call split over threads (the
+    worker pool, PyTorch) would be charged the sum of its threads' time."""
     numbers = {name: _calibrate(fn, budget_s) for name, fn in calls.items()}
     samples = {name: [] for name in calls}
     names = list(calls)
@@ -39,10 +41,10 @@ def compare(calls: dict, rounds: int = 31, budget_s: float = 0.01) -> dict:
             order = names[r % len(names):] + names[:r % len(names)]
             for name in order:
                 fn, number = calls[name], numbers[name]
-                t0 = time.process_time_ns() if number == 1 else time.perf_counter_ns()
+                t0 = time.perf_counter_ns()
                 for _ in range(number):
                     fn()
-                t1 = time.process_time_ns() if number == 1 else time.perf_counter_ns()
+                t1 = time.perf_counter_ns()
                 samples[name].append((t1 - t0) / number)
     finally:
         if gc_was:

@@ -804,11 +804,13 @@ cdef int _host_copy(Array dst, Array src) except -1:
     for i in range(src._ndim):
         dst_b[i] = dlref_byte_stride(dst._strides[i], itemsize)
         src_b[i] = dlref_byte_stride(src._strides[i], itemsize)
+    cdef int threads
     if _size_of(src) < _NOGIL_ELEMENTS:
-        dlref_strided_copy(dst._data, dst_b, src._data, src_b, src._shape, src._ndim, <size_t>itemsize)
+        dlref_strided_copy(dst._data, dst_b, src._data, src_b, src._shape, src._ndim, <size_t>itemsize, 1)
     else:
+        threads = _pool_threads()
         with nogil:
-            dlref_strided_copy(dst._data, dst_b, src._data, src_b, src._shape, src._ndim, <size_t>itemsize)
+            dlref_strided_copy(dst._data, dst_b, src._data, src_b, src._shape, src._ndim, <size_t>itemsize, threads)
     return 0
 
 
@@ -828,11 +830,14 @@ cdef int _host_convert(Array dst, Array src) except -1:
     for i in range(src._ndim):
         dst_b[i] = dlref_byte_stride(dst._strides[i], dst_item)
         src_b[i] = dlref_byte_stride(src._strides[i], src_bits // 8)
+    cdef int threads
     if _size_of(src) < _NOGIL_ELEMENTS:
-        refused = dlref_convert(dst._data, dst_b, dt, src._data, src_b, st, <int>src_bits, src._shape, src._ndim)
+        refused = dlref_convert(dst._data, dst_b, dt, src._data, src_b, st, <int>src_bits, src._shape, src._ndim, 1)
     else:
+        threads = _pool_threads()
         with nogil:
-            refused = dlref_convert(dst._data, dst_b, dt, src._data, src_b, st, <int>src_bits, src._shape, src._ndim)
+            refused = dlref_convert(dst._data, dst_b, dt, src._data, src_b, st, <int>src_bits, src._shape,
+                                    src._ndim, threads)
     if refused < 0:
         raise TypeError(f"no element conversion from {src.dtype} to {dst.dtype}: a {src.dtype if src._dtype.lanes > 1 else dst.dtype} "
                         "element holds several values (one per lane)")

@@ -7,11 +7,12 @@ cdef extern from "dlref_kernels.h":
     void dlref_aligned_free(void* p) nogil
     int dlref_strided_copy(char* dst, const int64_t* dst_strides, const char* src,
                            const int64_t* src_strides, const int64_t* shape, int ndim,
-                           size_t itemsize) nogil
+                           size_t itemsize, int threads) nogil
     int dlref_type_id(int code, int bits, int lanes) nogil
     int64_t dlref_convert(char* dst, const int64_t* dst_strides, int dt, const char* src,
                           const int64_t* src_strides, int st, int src_bits, const int64_t* shape,
-                          int ndim) nogil
+                          int ndim, int threads) nogil
+    int64_t dlref_pool_grain
     int dlref_seq_shape(object obj, int64_t* shape) except -1
     int dlref_seq_check(object o, int depth, int ndim, const int64_t* shape, int* kind) except -1
     int dlref_other_leaf_kind(object o) except -1
@@ -26,6 +27,83 @@ cdef extern from "dlref_kernels.h":
     enum:
         DLREF_KIND_NONE, DLREF_KIND_OF_BOOL, DLREF_KIND_OF_INT, DLREF_KIND_OF_FLOAT, DLREF_KIND_OF_COMPLEX,
         DLREF_KIND_OTHER
+
+
+# --- the worker pool of copies and conversions (src/dlref_pool.h) -----------
+
+cdef extern from "dlref_pool.h":
+    enum: DLREF_POOL_MAX_THREADS
+    int dlref_pool_get_size() nogil
+    void dlref_pool_set_size(int n) nogil
+    int dlref_pool_available_cores() nogil
+    int dlref_pool_workers_started() nogil
+
+_NUM_THREADS_ENV = "DLPACK_REF_NUM_THREADS"
+
+
+cdef int _threads_from_env() except 0:
+    """The thread count DLPACK_REF_NUM_THREADS asks for, else the cores
+    available to the process. A value that is not a whole number from 1 to
+    DLREF_POOL_MAX_THREADS warns (RuntimeWarning) and is ignored: an error
+    would fail every later copy for a setting made outside the program."""
+    import os
+    cdef int default = dlref_pool_available_cores()
+    text = os.environ.get(_NUM_THREADS_ENV, "").strip()
+    if not text:
+        return default
+    try:
+        n = int(text, 10)
+    except ValueError:
+        n = 0
+    if not 1 <= n <= DLREF_POOL_MAX_THREADS:
+        import warnings
+        warnings.warn(f"{_NUM_THREADS_ENV}={text!r} is not a whole number from 1 to {DLREF_POOL_MAX_THREADS}; "
+                      f"using the {default} core(s) available to this process", RuntimeWarning, stacklevel=3)
+        return default
+    return n
+
+
+cdef inline int _pool_threads() except 0:
+    """The threads a large copy or conversion may use: the setting, read from
+    the environment the first time it is needed (never at import)."""
+    cdef int n = dlref_pool_get_size()
+    if n == 0:
+        n = _threads_from_env()
+        dlref_pool_set_size(n)
+    return n
+
+
+def set_num_threads(n) -> None:
+    """Use at most ``n`` threads (``1 <= n <= 256``) for each host copy or
+    dtype conversion large enough to share out (docs/api.md, "Threads")."""
+    if type(n) is bool or not isinstance(n, int):
+        raise TypeError(f"set_num_threads expects an int from 1 to {DLREF_POOL_MAX_THREADS}, got {type(n).__name__} {n!r}")
+    if not 1 <= n <= DLREF_POOL_MAX_THREADS:
+        raise ValueError(f"set_num_threads expects an int from 1 to {DLREF_POOL_MAX_THREADS}, got {n}")
+    dlref_pool_set_size(<int>n)
+
+
+def get_num_threads() -> int:
+    """The most threads a host copy or dtype conversion uses: set_num_threads,
+    else DLPACK_REF_NUM_THREADS, else the cores available to the process."""
+    return _pool_threads()
+
+
+def _set_pool_grain(nbytes):
+    """Set the bytes each part of a parallel copy moves at least (the
+    measured threshold by default); returns the previous value. For
+    benchmarks/pool_threshold.py and the tests that split small arrays."""
+    global dlref_pool_grain
+    previous = dlref_pool_grain
+    if nbytes < 1:
+        raise ValueError(f"pool grain must be at least 1 byte, got {nbytes}")
+    dlref_pool_grain = nbytes
+    return previous
+
+
+def _pool_workers_started():
+    """How many pool workers exist in this process (tests)."""
+    return dlref_pool_workers_started()
 
 
 # --- hooks for dlpack_ref.testing --------------------------------------------

@@ -34,6 +34,7 @@
 #include <string.h>
 #include <stdlib.h>
 #include <math.h>
+#include "dlref_pool.h"
 #if !defined(_WIN32)
 #include <sys/mman.h>
 #endif
@@ -187,20 +188,14 @@ static void dlref_blocked_2d(char* d, const int64_t* dsr, const char* s, const i
     }
 }
 
-/* Copy an n-d strided array of `itemsize`-byte elements into another (byte
-   strides, same shape). Contiguous dimensions are merged first, so a dense
-   copy is one memcpy; dense inner runs are one memcpy each; other runs move
-   fixed-size items; a transposed pair of inner dimensions is tiled.
-   Returns -1 (nothing done) when ndim exceeds DLREF_MAX_NDIM. */
-static int dlref_strided_copy(char* dst, const int64_t* dst_strides, const char* src,
-                              const int64_t* src_strides, const int64_t* shape, int ndim, size_t itemsize) {
-    int64_t sh[DLREF_MAX_NDIM], ds[DLREF_MAX_NDIM], ss[DLREF_MAX_NDIM], index[DLREF_MAX_NDIM];
-    int64_t doff = 0, soff = 0, rows = 1;
-    int k, d, inner, blocked;
-    if (ndim > DLREF_MAX_NDIM || ndim < 0) return -1;
-    k = dlref_coalesce(ndim, shape, dst_strides, src_strides, sh, ds, ss);
-    if (k < 0) return 0;
-    if (k == 0) { memcpy(dst, src, itemsize); return 0; }
+/* The copy of a coalesced array (dlref_coalesce; k >= 1) from byte offsets
+   doff and soff on: dense inner runs are one memcpy each; other runs move
+   fixed-size items; a transposed pair of inner dimensions is tiled. */
+static void dlref_copy_coalesced(char* dst, const int64_t* ds, const char* src, const int64_t* ss,
+                                 const int64_t* sh, int k, size_t itemsize, int64_t doff, int64_t soff) {
+    int64_t index[DLREF_MAX_NDIM];
+    int64_t rows = 1;
+    int d, inner, blocked;
     /* Tile when the source's fastest axis is the destination's second-last. */
     blocked = k >= 2 && (ss[k - 1] != (int64_t)itemsize) && (ss[k - 2] == (int64_t)itemsize || ss[k - 2] == -(int64_t)itemsize)
               && sh[k - 1] >= 8 && sh[k - 2] >= 8;
@@ -212,6 +207,130 @@ static int dlref_strided_copy(char* dst, const int64_t* dst_strides, const char*
         else
             dlref_move_run(dst + doff, ds[inner], src + soff, ss[inner], sh[inner], itemsize);
         dlref_next(inner, index, sh, ds, ss, &doff, &soff);
+    }
+}
+
+/* --- splitting a copy or conversion over the pool ---------------------------- */
+
+/* Each part of a parallel job moves at least this many bytes (read plus
+   written); a smaller job runs on one thread. Measured, not guessed:
+   benchmarks/pool_threshold.py, docs/benchmarks.md ("Worker pool
+   threshold"). dlref_pool_grain can be changed for that sweep and for the
+   tests that split small arrays (the core's _set_pool_grain). */
+#define DLREF_POOL_GRAIN ((int64_t)2 << 20)
+static int64_t dlref_pool_grain = DLREF_POOL_GRAIN;
+
+/* Parts for a job of `bytes` bytes moved with `threads` threads: four a
+   thread (parts go to whichever thread is free, so more parts than threads
+   even out a core that is slow or busy), none below the grain. */
+#define DLREF_PARTS_PER_THREAD 4
+static int dlref_parts_for(int64_t bytes, int threads) {
+    int64_t grain = dlref_pool_grain > 0 ? dlref_pool_grain : 1;
+    int64_t parts = bytes / grain;
+    int64_t most = (int64_t)(threads < DLREF_POOL_MAX_THREADS ? threads : DLREF_POOL_MAX_THREADS) * DLREF_PARTS_PER_THREAD;
+    return threads <= 1 || parts < 2 ? 1 : parts < most ? (int)parts : (int)most;
+}
+
+/* A piece of a coalesced array: its dims [first, k), dim `first` cut to
+   `extent`, from offsets doff and soff on. */
+typedef struct { int first; int64_t extent, doff, soff; } dlref_piece;
+
+/* [lo, hi): part `part` of `parts` equal ranges of 0..n. */
+static void dlref_part_range(int64_t n, int part, int parts, int64_t* lo, int64_t* hi) {
+    int64_t q = n / parts, r = n % parts;
+    *lo = q * part + (part < r ? part : r);
+    *hi = *lo + q + (part < r ? 1 : 0);
+}
+
+/* Part `part` of `parts` of a coalesced array (k >= 1), as at most three
+   pieces (returns how many): a range of dim 0, or, when dim 0 is too short
+   to share out evenly, a range of the index over dims 0 and 1 (a partial
+   row, whole rows, a partial row). */
+static int dlref_split(int k, const int64_t* sh, const int64_t* ds, const int64_t* ss, int part, int parts,
+                       dlref_piece* out) {
+    int64_t lo, hi, i0, j0, i1, j1;
+    int n = 0;
+    if (k == 1 || sh[0] >= 4 * (int64_t)parts) {
+        dlref_part_range(sh[0], part, parts, &lo, &hi);
+        if (hi > lo) { out[0].first = 0; out[0].extent = hi - lo; out[0].doff = lo * ds[0]; out[0].soff = lo * ss[0]; n = 1; }
+        return n;
+    }
+    dlref_part_range(sh[0] * sh[1], part, parts, &lo, &hi);
+    i0 = lo / sh[1]; j0 = lo % sh[1]; i1 = hi / sh[1]; j1 = hi % sh[1];
+#define DLREF_PIECE(FIRST, EXTENT, I, J) do { out[n].first = (FIRST); out[n].extent = (EXTENT);         \
+        out[n].doff = (I) * ds[0] + (J) * ds[1]; out[n].soff = (I) * ss[0] + (J) * ss[1]; ++n; } while (0)
+    if (i0 == i1) {
+        if (j1 > j0) DLREF_PIECE(1, j1 - j0, i0, j0);
+        return n;
+    }
+    if (j0 > 0) { DLREF_PIECE(1, sh[1] - j0, i0, j0); ++i0; }
+    if (i1 > i0) DLREF_PIECE(0, i1 - i0, i0, 0);
+    if (j1 > 0) DLREF_PIECE(1, j1, i1, 0);
+#undef DLREF_PIECE
+    return n;
+}
+
+/* A copy or conversion of a coalesced array, shared out by dlref_pool_run. */
+typedef struct {
+    char* dst;
+    const char* src;
+    const int64_t *sh, *ds, *ss;
+    int k;
+    size_t itemsize;          /* copies */
+    int dt, st, src_bits;     /* conversions */
+    int64_t refused;          /* the sum over the parts (atomic adds) */
+} dlref_split_job;
+
+typedef void (*dlref_piece_fn)(dlref_split_job* job, const int64_t* sh, int k, const int64_t* ds,
+                               const int64_t* ss, int64_t doff, int64_t soff);
+
+/* Run `piece` on each piece of part `part` (dims [first, k), the cut extent
+   in a copy of the shape). */
+static void dlref_run_pieces(dlref_split_job* job, int part, int parts, dlref_piece_fn piece) {
+    dlref_piece pieces[3];
+    int64_t sh[DLREF_MAX_NDIM];
+    int i, n = dlref_split(job->k, job->sh, job->ds, job->ss, part, parts, pieces);
+    for (i = 0; i < n; ++i) {
+        int first = pieces[i].first, k = job->k - first;
+        memcpy(sh, job->sh + first, (size_t)k * sizeof(int64_t));
+        sh[0] = pieces[i].extent;
+        piece(job, sh, k, job->ds + first, job->ss + first, pieces[i].doff, pieces[i].soff);
+    }
+}
+
+static void dlref_copy_piece(dlref_split_job* job, const int64_t* sh, int k, const int64_t* ds,
+                             const int64_t* ss, int64_t doff, int64_t soff) {
+    dlref_copy_coalesced(job->dst, ds, job->src, ss, sh, k, job->itemsize, doff, soff);
+}
+
+static void dlref_copy_part(void* job, int part, int parts) {
+    dlref_run_pieces((dlref_split_job*)job, part, parts, dlref_copy_piece);
+}
+
+/* Copy an n-d strided array of `itemsize`-byte elements into another (byte
+   strides, same shape). Contiguous dimensions are merged first, so a dense
+   copy is one memcpy (split into byte ranges over the pool). At most
+   `threads` threads (1: this one only) share it, and only from
+   2 * dlref_pool_grain bytes moved on. Returns -1 (nothing done) when ndim
+   exceeds DLREF_MAX_NDIM. */
+static int dlref_strided_copy(char* dst, const int64_t* dst_strides, const char* src,
+                              const int64_t* src_strides, const int64_t* shape, int ndim, size_t itemsize,
+                              int threads) {
+    int64_t sh[DLREF_MAX_NDIM], ds[DLREF_MAX_NDIM], ss[DLREF_MAX_NDIM];
+    int64_t count = 1;
+    int k, d, parts;
+    if (ndim > DLREF_MAX_NDIM || ndim < 0) return -1;
+    k = dlref_coalesce(ndim, shape, dst_strides, src_strides, sh, ds, ss);
+    if (k < 0) return 0;
+    if (k == 0) { memcpy(dst, src, itemsize); return 0; }
+    for (d = 0; d < k; ++d) count *= sh[d];
+    parts = threads > 1 ? dlref_parts_for(count * (int64_t)itemsize * 2, threads) : 1;
+    if (parts <= 1) {
+        dlref_copy_coalesced(dst, ds, src, ss, sh, k, itemsize, 0, 0);
+    } else {
+        dlref_split_job job;
+        job.dst = dst; job.src = src; job.sh = sh; job.ds = ds; job.ss = ss; job.k = k; job.itemsize = itemsize;
+        dlref_pool_run(dlref_copy_part, &job, parts, threads);
     }
     return 0;
 }
@@ -848,27 +967,14 @@ static int64_t dlref_convert_run(int dt, char* d, int64_t ds, int st, const char
     return refused;
 }
 
-/* Convert an n-d strided array of type `st` into one of type `dt` (same
-   shape, byte strides). `src_bits` < 8 says the source is packed sub-byte
-   data, C-contiguous (its strides are then unused). Returns the number of
-   NaNs refused by a type without NaN, or -1 for an unsupported pair or ndim. */
-static int64_t dlref_convert(char* dst, const int64_t* dst_strides, int dt, const char* src,
-                             const int64_t* src_strides, int st, int src_bits, const int64_t* shape, int ndim) {
-    int64_t sh[DLREF_MAX_NDIM], ds[DLREF_MAX_NDIM], ss[DLREF_MAX_NDIM], index[DLREF_MAX_NDIM];
-    int64_t virt[DLREF_MAX_NDIM];
-    int64_t doff = 0, soff = 0, rows = 1, refused = 0, stride = 1;
-    int k, d, inner;
-    if (ndim > DLREF_MAX_NDIM || ndim < 0 || dt < 0 || st < 0 || dt == DLREF_T_F4X2 || st == DLREF_T_F4X2) return -1;
-    dlref_kernels_init();
-    if (src_bits < 8) {
-        /* Element strides of the C-order source; offsets then count elements. */
-        for (d = ndim - 1; d >= 0; --d) { virt[d] = stride; stride *= shape[d] ? shape[d] : 1; }
-        src_strides = virt;
-    }
-    k = dlref_coalesce(ndim, shape, dst_strides, src_strides, sh, ds, ss);
-    if (k < 0) return 0;
-    if (k == 0) { sh[0] = 1; ds[0] = 0; ss[0] = 0; k = 1; }
-    inner = k - 1;
+/* The conversion of a coalesced array (k >= 1) from offsets doff (bytes)
+   and soff (bytes; elements for packed sub-byte data, src_bits < 8) on.
+   Returns the number of NaNs refused by a type without NaN. */
+static int64_t dlref_convert_coalesced(char* dst, const int64_t* ds, int dt, const char* src, const int64_t* ss,
+                                       int st, int src_bits, const int64_t* sh, int k, int64_t doff, int64_t soff) {
+    int64_t index[DLREF_MAX_NDIM];
+    int64_t rows = 1, refused = 0;
+    int d, inner = k - 1;
     for (d = 0; d < inner; ++d) { index[d] = 0; rows *= sh[d]; }
     while (rows-- > 0) {
         if (src_bits < 8) {
@@ -885,6 +991,54 @@ static int64_t dlref_convert(char* dst, const int64_t* dst_strides, int dt, cons
         dlref_next(inner, index, sh, ds, ss, &doff, &soff);
     }
     return refused;
+}
+
+static void dlref_convert_piece(dlref_split_job* job, const int64_t* sh, int k, const int64_t* ds,
+                                const int64_t* ss, int64_t doff, int64_t soff) {
+    int64_t refused = dlref_convert_coalesced(job->dst, ds, job->dt, job->src, ss, job->st, job->src_bits,
+                                              sh, k, doff, soff);
+    if (refused) dlref_atomic_add(&job->refused, refused);
+}
+
+static void dlref_convert_part(void* job, int part, int parts) {
+    dlref_run_pieces((dlref_split_job*)job, part, parts, dlref_convert_piece);
+}
+
+/* Convert an n-d strided array of type `st` into one of type `dt` (same
+   shape, byte strides). `src_bits` < 8 says the source is packed sub-byte
+   data, C-contiguous (its strides are then unused). At most `threads`
+   threads share it, as dlref_strided_copy. Returns the number of NaNs
+   refused by a type without NaN (the sum over the parts: the same as on
+   one thread), or -1 for an unsupported pair or ndim. */
+static int64_t dlref_convert(char* dst, const int64_t* dst_strides, int dt, const char* src,
+                             const int64_t* src_strides, int st, int src_bits, const int64_t* shape, int ndim,
+                             int threads) {
+    static const int bytes[DLREF_N_TYPES] = {1, 1, 2, 4, 8, 1, 2, 4, 8, 4, 8, 2, 2, 8, 16,
+                                             1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+    int64_t sh[DLREF_MAX_NDIM], ds[DLREF_MAX_NDIM], ss[DLREF_MAX_NDIM];
+    int64_t virt[DLREF_MAX_NDIM];
+    int64_t stride = 1, count = 1;
+    int k, d, parts;
+    if (ndim > DLREF_MAX_NDIM || ndim < 0 || dt < 0 || st < 0 || dt == DLREF_T_F4X2 || st == DLREF_T_F4X2) return -1;
+    dlref_kernels_init();
+    if (src_bits < 8) {
+        /* Element strides of the C-order source; offsets then count elements. */
+        for (d = ndim - 1; d >= 0; --d) { virt[d] = stride; stride *= shape[d] ? shape[d] : 1; }
+        src_strides = virt;
+    }
+    k = dlref_coalesce(ndim, shape, dst_strides, src_strides, sh, ds, ss);
+    if (k < 0) return 0;
+    if (k == 0) { sh[0] = 1; ds[0] = 0; ss[0] = 0; k = 1; }
+    for (d = 0; d < k; ++d) count *= sh[d];
+    parts = threads > 1 ? dlref_parts_for(count * (bytes[dt] + bytes[st]), threads) : 1;
+    if (parts <= 1) return dlref_convert_coalesced(dst, ds, dt, src, ss, st, src_bits, sh, k, 0, 0);
+    {
+        dlref_split_job job;
+        job.dst = dst; job.src = src; job.sh = sh; job.ds = ds; job.ss = ss; job.k = k;
+        job.dt = dt; job.st = st; job.src_bits = src_bits; job.refused = 0;
+        dlref_pool_run(dlref_convert_part, &job, parts, threads);
+        return job.refused;
+    }
 }
 
 /* --- Python values in and out (nested sequences, scalars, tolist) ----------- */

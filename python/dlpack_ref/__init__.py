@@ -21,7 +21,9 @@ from ._dlpack_ref import (
     empty,
     exchange_api_version,
     from_dlpack,
+    get_num_threads,
     inspect,
+    set_num_threads,
     zeros,
 )
 from ._devices import C_ENUMERATORS, Device, DeviceType, as_device
@@ -51,5 +53,5 @@ __all__ = [
     "Array", "CAPSULE_NAMES", "CopyForbiddenError", "DLPACK_VERSION", "MAX_NDIM", "DTYPES", "DType", "DTypeCode",
     "Device", "DeviceType", "C_ENUMERATORS", "as_device", "as_dtype", "asarray",
     "can_access", "empty", "exchange_api_version", "from_dlpack", "get_include",
-    "inspect", "zeros", *DTYPES,
+    "get_num_threads", "inspect", "set_num_threads", "zeros", *DTYPES,
 ]

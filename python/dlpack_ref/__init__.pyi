@@ -17,7 +17,9 @@ from ._dlpack_ref import (
     empty as empty,
     exchange_api_version as exchange_api_version,
     from_dlpack as from_dlpack,
+    get_num_threads as get_num_threads,
     inspect as inspect,
+    set_num_threads as set_num_threads,
     zeros as zeros,
 )
 from ._dtypes import DTYPES as DTYPES, DType as DType, DTypeCode as DTypeCode, as_dtype as as_dtype
