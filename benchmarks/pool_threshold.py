@@ -4,8 +4,8 @@ interleaved (benchmarks/interleave.py), over sizes in bytes moved (read plus
 written), the whole sweep repeated (--runs) and each ratio the median over
 the runs, so that a burst of load from other processes moves none of them.
 The threshold is the smallest size from which two threads beat one by at
-least 10 % (the geometric mean of the cases' ratios at most 0.9) at that
-size and at every larger one. Where no size gains that much (a machine whose
+least 10 % (the geometric mean of the cases' ratios at most 0.9) and no
+case is slower split, at that size and at every larger one. Where no size gains that much (a machine whose
 other processes leave no core free), the break-even size stands in: the
 smallest from which the geometric mean stays at most 1.05. The core's grain (DLREF_POOL_GRAIN in src/dlref_kernels.h: the least bytes a part
 moves) is half of it. Results: benchmarks/results/pool_threshold.json and
@@ -91,12 +91,13 @@ def geomean_by_size(rows, sizes) -> dict:
     return means
 
 
-def threshold(means: dict, limit: float) -> int | None:
+def threshold(means: dict, limit: float, worst: dict | None = None) -> int | None:
     """The smallest size from which the geometric mean is at most `limit`
-    at it and at every larger size."""
+    at it and at every larger size (and, given `worst`, no case is slower
+    split than on one thread there)."""
     found = None
     for moved in sorted(means, reverse=True):
-        if means[moved] <= limit:
+        if means[moved] <= limit and (worst is None or worst[moved] <= 1.0):
             found = moved
         else:
             break
@@ -130,10 +131,11 @@ def main(argv=None) -> int:
     for moved, mean in means.items():
         print(f"  {moved // KIB:8d} KiB  " + "  ".join(f"{r['ratio']:5.2f}" for r in rows if r["bytes_moved"] == moved)
               + f"   geomean {mean:5.2f}")
-    gain, even = threshold(means, 0.9), threshold(means, 1.05)
+    worst = {moved: max(r["ratio"] for r in rows if r["bytes_moved"] == moved) for moved in sizes}
+    gain, even = threshold(means, 0.9, worst), threshold(means, 1.05)
     found = gain or even
     print(f"load average at end: {os.getloadavg()[0]:.2f}")
-    print(f"10 % gain from: {gain} bytes moved" if gain else "10 % gain: not reached in the sweep")
+    print(f"10 % gain, no case slower, from: {gain} bytes moved" if gain else "10 % gain: not reached in the sweep")
     print(f"break-even from: {even} bytes moved" if even else "break-even: not reached in the sweep")
     if found:
         print(f"threshold {found} bytes moved: grain {found // 2} bytes (DLREF_POOL_GRAIN is {grain})")

@@ -72,6 +72,7 @@ static int dlref_pool_workers_started(void) { return 0; }
 
 #include <pthread.h>
 #include <signal.h>
+#include <time.h>
 #include <unistd.h>
 #if defined(__linux__)
 #include <sched.h>
@@ -129,6 +130,52 @@ static int dlref_pool_workers_started(void) {
     return n;
 }
 
+/* How long a worker keeps polling for the next job, and the caller for the
+   last part, before sleeping on a condition: waking a sleeping thread costs
+   about as much as a 1 MiB copy on one thread, and copies come in bursts
+   (benchmarks/pool_threshold.py measured the split with and without it). */
+#define DLREF_POOL_SPIN_NS 200000
+
+static inline void dlref_pool_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+static inline int64_t dlref_pool_now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+/* Poll until *value differs from `old` (wait 0: until it is 0) or the spin
+   time is over; returns whether it changed. Reads only: no lock held. */
+static int dlref_pool_spin_ulong(const unsigned long* value, unsigned long old) {
+    int64_t end = dlref_pool_now_ns() + DLREF_POOL_SPIN_NS;
+    int i;
+    for (;;) {
+        for (i = 0; i < 64; ++i) {
+            if (__atomic_load_n(value, __ATOMIC_ACQUIRE) != old) return 1;
+            dlref_pool_relax();
+        }
+        if (dlref_pool_now_ns() > end) return 0;
+    }
+}
+
+static int dlref_pool_spin_zero(const int* value) {
+    int64_t end = dlref_pool_now_ns() + DLREF_POOL_SPIN_NS;
+    int i;
+    for (;;) {
+        for (i = 0; i < 64; ++i) {
+            if (__atomic_load_n(value, __ATOMIC_ACQUIRE) == 0) return 1;
+            dlref_pool_relax();
+        }
+        if (dlref_pool_now_ns() > end) return 0;
+    }
+}
+
 static void* dlref_pool_worker(void* arg) {
     int index = (int)(intptr_t)arg;
     unsigned long seen;
@@ -138,17 +185,24 @@ static void* dlref_pool_worker(void* arg) {
         dlref_pool_fn fn;
         void* job;
         int parts;
+        if (dlref_pool_generation == seen) {
+            /* Poll a while without the lock, so that the caller of the next
+               job of a burst posts it without waking anyone. */
+            pthread_mutex_unlock(&dlref_pool_state);
+            dlref_pool_spin_ulong(&dlref_pool_generation, seen);
+            pthread_mutex_lock(&dlref_pool_state);
+        }
         while (dlref_pool_generation == seen) pthread_cond_wait(&dlref_pool_work, &dlref_pool_state);
         seen = dlref_pool_generation;
         /* Join only a job still open (its caller has not finished it) that
            asked for this worker. */
         if (dlref_pool_job_parts == 0 || index > dlref_pool_job_helpers) continue;
         fn = dlref_pool_job_fn; job = dlref_pool_job_arg; parts = dlref_pool_job_parts;
-        ++dlref_pool_active;
+        __atomic_add_fetch(&dlref_pool_active, 1, __ATOMIC_RELAXED);
         pthread_mutex_unlock(&dlref_pool_state);
         dlref_pool_take_parts(fn, job, parts);
         pthread_mutex_lock(&dlref_pool_state);
-        if (--dlref_pool_active == 0) pthread_cond_signal(&dlref_pool_done);
+        if (__atomic_sub_fetch(&dlref_pool_active, 1, __ATOMIC_RELEASE) == 0) pthread_cond_signal(&dlref_pool_done);
     }
     return NULL;
 }
@@ -236,7 +290,7 @@ static int dlref_pool_run(dlref_pool_fn fn, void* job, int parts, int threads) {
     dlref_pool_job_parts = parts;
     dlref_pool_job_helpers = helpers;
     __atomic_store_n(&dlref_pool_next, 0, __ATOMIC_RELAXED);
-    ++dlref_pool_generation;
+    __atomic_store_n(&dlref_pool_generation, dlref_pool_generation + 1, __ATOMIC_RELEASE);
     pthread_cond_broadcast(&dlref_pool_work);
     pthread_mutex_unlock(&dlref_pool_state);
     dlref_pool_take_parts(fn, job, parts);
@@ -244,6 +298,12 @@ static int dlref_pool_run(dlref_pool_fn fn, void* job, int parts, int threads) {
        those still finishing theirs. */
     pthread_mutex_lock(&dlref_pool_state);
     dlref_pool_job_parts = 0;
+    if (dlref_pool_active > 0) {
+        /* The last parts are short: poll for them before sleeping. */
+        pthread_mutex_unlock(&dlref_pool_state);
+        dlref_pool_spin_zero(&dlref_pool_active);
+        pthread_mutex_lock(&dlref_pool_state);
+    }
     while (dlref_pool_active > 0) pthread_cond_wait(&dlref_pool_done, &dlref_pool_state);
     pthread_mutex_unlock(&dlref_pool_state);
     pthread_mutex_unlock(&dlref_pool_job_lock);
