@@ -565,6 +565,19 @@ static inline int dlpack_ref_adopt(void* managed, int versioned, DLPackRefTensor
  * tensor (and runs its deleter). `*versioned` tells which struct it is.
  * NULL with TypeError (not a capsule) or BufferError (consumed, or not a
  * DLPack capsule). */
+/* The names a claimed capsule gets. The capsule keeps the pointer and the
+ * producer's destructor compares it (strcmp) on every release, so each is a
+ * 32-byte array, 32-byte aligned where the compiler allows it: a string that
+ * starts near the end of a memory page takes the slow path of the vectorized
+ * strcmp (NumPy's deleter paid about 60 instructions more per import). */
+#if defined(__GNUC__) || defined(__clang__)
+#define DLPACK_REF_PRIV_ALIGN32 __attribute__((aligned(32)))
+#else
+#define DLPACK_REF_PRIV_ALIGN32
+#endif
+static const char dlpack_ref_priv_used_versioned[32] DLPACK_REF_PRIV_ALIGN32 = DLPACK_REF_CAPSULE_USED_VERSIONED;
+static const char dlpack_ref_priv_used_legacy[32] DLPACK_REF_PRIV_ALIGN32 = DLPACK_REF_CAPSULE_USED_LEGACY;
+
 static inline void* dlpack_ref_claim(PyObject* capsule, int* versioned) {
     const char* name = NULL;
     void* managed = NULL;
@@ -589,11 +602,11 @@ static inline void* dlpack_ref_claim(PyObject* capsule, int* versioned) {
         /* Its own name pointer: CPython compares pointers first, so the name
            is not compared a second time. */
         managed = PyCapsule_GetPointer(capsule, name);
-        PyCapsule_SetName(capsule, DLPACK_REF_CAPSULE_USED_VERSIONED);
+        PyCapsule_SetName(capsule, dlpack_ref_priv_used_versioned);
         *versioned = 1;
     } else if (name != NULL && strcmp(name, DLPACK_REF_CAPSULE_LEGACY) == 0) {
         managed = PyCapsule_GetPointer(capsule, DLPACK_REF_CAPSULE_LEGACY);
-        PyCapsule_SetName(capsule, DLPACK_REF_CAPSULE_USED_LEGACY);
+        PyCapsule_SetName(capsule, dlpack_ref_priv_used_legacy);
         *versioned = 0;
     }
     DLPACK_REF_END_CRITICAL_SECTION();
@@ -2001,6 +2014,82 @@ static inline int dlpack_ref_consumer_args(PyObject* const* args, Py_ssize_t nar
     return 0;
 }
 
+/* The plain request, from_dlpack(x) with nothing asked, of a producer (not a
+ * capsule): through `api`, the exchange table of x's type (NULL: none), when
+ * it gives a tensor, else x.__dlpack__(max_version=(1, 3)) with its legacy
+ * retry and the __dlpack_device__ check. 1 when the tensor came through the
+ * table (which is "NoSync": ordering a CUDA tensor on the producer's stream
+ * is the caller's), 0 through __dlpack__, -1 with the error set. */
+static inline int dlpack_ref_consumer_plain(PyObject* x, const DLPackExchangeAPI* api, DLPackRefTensor* out) {
+    if (api != NULL && dlpack_ref_priv_take_by_table(api, x, out)) return 1;
+    return dlpack_ref_priv_take_plain(x, out) < 0 ? -1 : 0;
+}
+
+/* The device a producer (not a capsule) announces, for a request that asks
+ * for a device, a copy or a stream: TypeError when x has no __dlpack__, then
+ * x.__dlpack_device__(), checked. Asked before __dlpack__, whose stream and
+ * dl_device arguments depend on it. */
+static inline int dlpack_ref_consumer_source(PyObject* x, DLDevice* source) {
+    const dlpack_ref_names* n = dlpack_ref_protocol_names();
+    if (n == NULL) return -1;
+    if (!PyObject_HasAttr(x, n->dlpack)) return dlpack_ref_priv_not_dlpack(x);
+    return dlpack_ref_announced_device(x, source);
+}
+
+/* x.__dlpack__(max_version=(1, 3), stream=stream, dl_device=*target,
+ * copy=copy) for the request dlpack_ref_consumer_source began (`target`
+ * NULL: no device asked; stream and copy None when not asked), the tensor
+ * taken into *out. A producer older than DLPack 1.0 (TypeError) is asked
+ * the legacy call with the stream alone, and one that cannot move or copy
+ * as asked (BufferError, or ValueError as NumPy before 2.4 raises it) the
+ * plain request with the stream: *producer_did_it is then 0 and the rest is
+ * the caller's. The tensor must be on `source`, the announced device,
+ * unless the producer moved it as asked (a refusal runs the deleter). */
+static inline int dlpack_ref_consumer_call(PyObject* x, PyObject* stream, const DLDevice* target, PyObject* copy,
+                                           DLDevice source, DLPackRefTensor* out, int* producer_did_it) {
+    PyObject *capsule, *dl_device = NULL;
+    *producer_did_it = 1;
+    if (target != NULL
+            && (dl_device = Py_BuildValue("(ii)", (int)target->device_type, (int)target->device_id)) == NULL)
+        return -1;
+    capsule = dlpack_ref_priv_call_dlpack(x, 1, stream, dl_device, copy);
+    if (capsule == NULL && PyErr_ExceptionMatches(PyExc_TypeError)) {
+        /* A producer older than DLPack 1.0: no max_version, dl_device or copy. */
+        PyErr_Clear();
+        *producer_did_it = 0;
+        capsule = dlpack_ref_priv_call_dlpack(x, 0, stream, NULL, NULL);
+    } else if (capsule == NULL && (target != NULL || (copy != NULL && copy != Py_None))
+               && (PyErr_ExceptionMatches(PyExc_BufferError) || PyErr_ExceptionMatches(PyExc_ValueError))) {
+        /* It cannot move or copy as asked: the plain request, the rest here.
+           Its refusal, if it refuses that too, is the one that propagates. */
+        PyErr_Clear();
+        *producer_did_it = 0;
+        capsule = dlpack_ref_priv_call_dlpack(x, 1, stream, NULL, NULL);
+    }
+    Py_XDECREF(dl_device);
+    if (dlpack_ref_priv_take_returned(capsule, out) < 0) return -1;
+    if ((target == NULL || !*producer_did_it) && dlpack_ref_priv_check_announced(x, out, source) < 0) return -1;
+    return 0;
+}
+
+/* What copy= and the target ask of a taken tensor (on `mem`, with the
+ * versioned `flags`, 0 for legacy) that `x` gave: 1 when the caller must
+ * copy it onto `target` (copy=True that no producer honoured, since only a
+ * producer that did what was asked (`producer_did_it`; never a bare capsule)
+ * copied for this request; or memory `target` cannot use in place), 0 when
+ * it is the result as it is, -1 with CopyForbiddenError for copy=False (a
+ * tensor flagged IS_COPIED, or one that would need a copy). The tensor is
+ * not released here: a refusal is the holder's to release. */
+static inline int dlpack_ref_consumer_copy_needed(PyObject* x, DLDevice mem, uint64_t flags, DLDevice target,
+                                                  PyObject* copy, int producer_did_it) {
+    int copied = (flags & DLPACK_FLAG_BITMASK_IS_COPIED) != 0;
+    if (copy == Py_False && copied) return dlpack_ref_refuse_copied(x);
+    if (copy == Py_True && !(producer_did_it && copied)) return 1;
+    if (dlpack_ref_can_access(target, mem)) return 0;
+    if (copy == Py_False) return dlpack_ref_refuse_copy(mem, target, 1);
+    return 1;
+}
+
 /* from_dlpack(x, device=device, copy=copy) up to the tensor, for a consumer
  * that owns what it imports: on success *out holds the taken, checked tensor
  * (the caller runs dlpack_ref_release, or hands it to its array) and
@@ -2017,12 +2106,14 @@ static inline int dlpack_ref_consumer_args(PyObject* const* args, Py_ssize_t nar
  *   - a producer that refuses dl_device/copy with BufferError (or ValueError,
  *     NumPy before 2.4) is asked the plain request and the caller moves or
  *     copies; a producer's tensor must be on the device its
- *     __dlpack_device__ announced. */
+ *     __dlpack_device__ announced.
+ * It is the four pieces above in order (dlpack_ref_consumer_plain, _source,
+ * _call, _copy_needed), which a consumer with its own fast paths and stream
+ * layer (dlpack-ref's core) calls one by one. */
 static inline int dlpack_ref_consumer_take(PyObject* x, PyObject* device, PyObject* copy, PyObject* stream,
                                            DLPackRefTensor* out, DLDevice* target, int* must_copy) {
     DLDevice source;
-    PyObject *capsule, *dl_device = NULL;
-    int have_target = device != Py_None, producer_did_it = 1, r, copied;
+    int have_target = device != Py_None, producer_did_it = 0, r;
     *must_copy = 0;
     if (dlpack_ref_check_copy_arg(copy) < 0) return -1;
     if (have_target) {
@@ -2033,59 +2124,25 @@ static inline int dlpack_ref_consumer_take(PyObject* x, PyObject* device, PyObje
     if (PyCapsule_CheckExact(x)) {
         if (dlpack_ref_take(x, out) < 0) return -1;
         if (!have_target) *target = out->dl_tensor->device;
-        goto finish;
-    }
-    if (!have_target && copy == Py_None && (stream == NULL || stream == Py_None)) {
+    } else if (!have_target && copy == Py_None && (stream == NULL || stream == Py_None)) {
         /* Nothing asked: the table, else __dlpack__; no copy can be needed. */
         const DLPackExchangeAPI* api = dlpack_ref_exchange_api_memo(&dlpack_ref_priv_api_memo, Py_TYPE(x));
         if (api == NULL && PyErr_Occurred()) return -1;
-        if ((api == NULL || !dlpack_ref_priv_take_by_table(api, x, out)) && dlpack_ref_priv_take_plain(x, out) < 0)
-            return -1;
+        if (dlpack_ref_consumer_plain(x, api, out) < 0) return -1;
         *target = out->dl_tensor->device;
         return 0;
+    } else {
+        if (dlpack_ref_consumer_source(x, &source) < 0) return -1;
+        if (!have_target) *target = source;
+        if (dlpack_ref_consumer_call(x, stream, have_target ? target : NULL, copy, source, out, &producer_did_it) < 0)
+            return -1;
     }
-    {
-        const dlpack_ref_names* n = dlpack_ref_protocol_names();
-        if (n == NULL) return -1;
-        if (!PyObject_HasAttr(x, n->dlpack)) return dlpack_ref_priv_not_dlpack(x);
-    }
-    if (dlpack_ref_announced_device(x, &source) < 0) return -1;
-    if (!have_target) *target = source;
-    else if ((dl_device = Py_BuildValue("(ii)", (int)target->device_type, (int)target->device_id)) == NULL)
-        return -1;
-    capsule = dlpack_ref_priv_call_dlpack(x, 1, stream, dl_device, copy);
-    if (capsule == NULL && PyErr_ExceptionMatches(PyExc_TypeError)) {
-        /* A producer older than DLPack 1.0: no max_version, dl_device or copy. */
-        PyErr_Clear();
-        producer_did_it = 0;
-        capsule = dlpack_ref_priv_call_dlpack(x, 0, stream, NULL, NULL);
-    } else if (capsule == NULL && (have_target || copy != Py_None)
-               && (PyErr_ExceptionMatches(PyExc_BufferError) || PyErr_ExceptionMatches(PyExc_ValueError))) {
-        /* It cannot move or copy as asked: the plain request, the rest here. */
-        PyErr_Clear();
-        producer_did_it = 0;
-        capsule = dlpack_ref_priv_call_dlpack(x, 1, stream, NULL, NULL);
-    }
-    Py_XDECREF(dl_device);
-    if (dlpack_ref_priv_take_returned(capsule, out) < 0) return -1;
-    if ((!have_target || !producer_did_it) && dlpack_ref_priv_check_announced(x, out, source) < 0) return -1;
-finish:
-    if (copy == Py_False && (out->flags & DLPACK_FLAG_BITMASK_IS_COPIED)) {
-        dlpack_ref_refuse_copied(x);
+    r = dlpack_ref_consumer_copy_needed(x, out->dl_tensor->device, out->flags, *target, copy, producer_did_it);
+    if (r < 0) {
         DLPACK_REF_PRIV_KEEP_ERROR(dlpack_ref_release(out));
         return -1;
     }
-    copied = producer_did_it && (out->flags & DLPACK_FLAG_BITMASK_IS_COPIED) != 0;
-    if (copy == Py_True && !copied) {
-        *must_copy = 1;
-    } else if (!dlpack_ref_can_access(*target, out->dl_tensor->device)) {
-        if (copy == Py_False) {
-            dlpack_ref_refuse_copy(out->dl_tensor->device, *target, 1);
-            DLPACK_REF_PRIV_KEEP_ERROR(dlpack_ref_release(out));
-            return -1;
-        }
-        *must_copy = 1;
-    }
+    *must_copy = r;
     return 0;
 }
 

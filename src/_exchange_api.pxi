@@ -141,52 +141,18 @@ def exchange_api_version(tp):
     return (api.header.version.major, api.header.version.minor)
 
 
-cdef bint _is_unresolved_conjugate(object x):
-    """A lazily conjugated complex tensor (x.is_conj() true): PyTorch 2.13's
-    table exports it without the conjugation, wrong values with no error,
-    where its __dlpack__ refuses it. Asked for complex tensors only, so the
-    fast path of every other dtype pays nothing."""
-    try:
-        is_conj = getattr(x, "is_conj", None)
-        return is_conj is not None and bool(is_conj())
-    except Exception:
-        # A producer whose is_conj fails is asked through __dlpack__ instead.
-        return True
-
-
-cdef Array _import_via_exchange_api(DLPackExchangeAPI* api, object x):
-    """x's tensor through its type's table, or None when the table's export
-    fails in any way (an error, a nonzero status with no error, an error
-    with status 0, no tensor, a tensor the checks refuse, whose deleter has
-    then run): the caller then asks __dlpack__, so that errors come out
-    exactly as __dlpack__ gives them. A failing current_work_stream is a
-    BufferError (docs/exchange_api.md)."""
-    cdef DLManagedTensorVersioned* m = NULL
+cdef int _order_after_table_export(DLPackExchangeAPI* api, object x, Array a) except -1:
+    """The tables are "NoSync": a CUDA tensor taken through one is ordered
+    here, after the producer's current stream. A failing current_work_stream
+    is a BufferError (docs/exchange_api.md): the tensor is there but its
+    ordering is unknown, so it is refused (dropping `a` runs its deleter),
+    not read unordered."""
     cdef void* producer_stream = NULL
-    cdef Array a
-    cdef int status = dlpack_ref_api_table_from_py(api, <PyObject*>x, &m)
-    if dlpack_ref_table_failed(status) or m == NULL:
-        _dlpack_ref_err_clear()
-        if m != NULL:
-            # A tensor with a failure status is not trusted, but it is ours to free.
-            _call_deleter(m, True)
-        return None
-    try:
-        a = _array_from_managed(m, True)
-    except Exception:
-        return None
-    if a._dtype.code == kDLComplex and _is_unresolved_conjugate(x):
-        # Dropping a runs the deleter; __dlpack__ then refuses (or resolves) it.
-        return None
-    if dlpack_ref_device_cuda_family(a._device.device_type):
-        # "NoSync": ordering is ours to do: wait for the producer's stream.
-        if api.current_work_stream != NULL:
-            status = dlpack_ref_api_table_stream(api, a._device.device_type, a._device.device_id,
-                                                 &producer_stream)
-            if dlpack_ref_table_failed(status):
-                # The tensor is there but its ordering is unknown: refused
-                # (dropping `a` runs its deleter), not read unordered.
-                raise dlpack_ref_table_error(type(x), "current_work_stream", status)
-        _cuda().wait_for_producer(_work_of(a), a._device.device_type, a._device.device_id,
-                                  <uintptr_t>producer_stream)
-    return a
+    cdef int status
+    if api.current_work_stream != NULL:
+        status = dlpack_ref_api_table_stream(api, a._device.device_type, a._device.device_id, &producer_stream)
+        if dlpack_ref_table_failed(status):
+            raise dlpack_ref_table_error(type(x), "current_work_stream", status)
+    _cuda().wait_for_producer(_work_of(a), a._device.device_type, a._device.device_id,
+                              <uintptr_t>producer_stream)
+    return 0

@@ -7,18 +7,11 @@
 
 cdef tuple _MAX_VERSION = (DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION)
 cdef tuple _KW_MAX_VERSION = ("max_version",)
-# The keyword names of a from_dlpack request, by the bits of what it asks
-# besides max_version: 1 stream, 2 dl_device, 4 copy (in that order).
-cdef tuple _KW_ASKED = tuple(
-    ("max_version",) + tuple(name for bit, name in ((1, "stream"), (2, "dl_device"), (4, "copy")) if mask & bit)
-    for mask in range(8))
 cdef object _DLPACK_NAME = "__dlpack__"
 
-# The memoized method call and the device-answer test are the header's
-# (dlpack_ref_call_method, dlpack_ref_device_answer_is in dlpack_ref.h), the
-# same ones a vendoring library's consumer runs.
+# The memoized method call is the header's (dlpack_ref_call_method in
+# dlpack_ref.h); inspect's own call of __dlpack__ keeps this memo.
 cdef dlpack_ref_method_memo _dlpack_memo
-cdef dlpack_ref_method_memo _dlpack_device_memo
 
 # Non-zero while any thread has a consumer stream set (dlpack_ref.cuda.stream);
 # with none set, the consumer's stream is the legacy default, which is exactly
@@ -71,11 +64,26 @@ cdef Array _array_from_managed(void* managed, bint versioned):
     return _describe_managed(_owner_of(managed, versioned))
 
 
+cdef inline Array _own_taken(Array a, DLPackRefTensor* taken):
+    """`a`, made before the header took (and checked) the tensor, so that no
+    try block (paid on every import) guards its making, owning and
+    describing it."""
+    a._managed = taken.managed
+    a._managed_versioned = taken.versioned
+    return _describe_checked(a)
+
+
 cdef Array _describe_managed(Array a):
     """a, owning its managed tensor, described by it after every check."""
+    dlpack_check_managed(a._managed, a._managed_versioned)
+    return _describe_checked(a)
+
+
+cdef Array _describe_checked(Array a):
+    """a, owning its checked managed tensor, described by it (if this core
+    holds memory of its device)."""
     cdef void* managed = a._managed
     cdef bint versioned = a._managed_versioned
-    dlpack_check_managed(managed, versioned)
     cdef DLTensor* t
     cdef uint64_t flags = 0
     if versioned:
@@ -123,101 +131,21 @@ cdef object _call_dlpack_versioned(object x):
 
 
 cdef Array _import_plain(object x):
-    """Zero-copy import with no device, copy or stream request."""
-    cdef void* api
-    cdef Array a
+    """Zero-copy import with no device, copy or stream request. The protocol
+    (the exchange table, else __dlpack__ and its retries and device check)
+    is the header's; this core's own Array and bare capsules skip it."""
     if PyCapsule_CheckExact(x):
         return _array_from_capsule(x)
     if type(x) is Array:
         return _alias(<Array>x)
-    api = _exchange_api_of(type(x))
-    if api != NULL:
-        a = _import_via_exchange_api(<DLPackExchangeAPI*>api, x)
-        if a is not None:
-            return a
-    cdef PyObject* args[2]
-    args[0] = <PyObject*>x
-    args[1] = <PyObject*>_MAX_VERSION
-    cdef PyObject* result = dlpack_ref_call_method_or_null(&_dlpack_memo, _DLPACK_NAME, args, 1, <PyObject*>_KW_MAX_VERSION)
-    if result == NULL:
-        capsule = _dlpack_failed(x)
-    else:
-        capsule = <object>result
-        Py_DECREF(capsule)   # the call's reference, now capsule's
-    a = _array_from_capsule(capsule)
-    # Asked after __dlpack__, so that its refusals come first, as they
-    # would from __dlpack__ alone; `a` owns the tensor already, so any
-    # failure here runs the deleter.
-    answer = _ask_dlpack_device(x)
-    if not dlpack_ref_device_answer_is(answer, a._device):
-        # Anything but the capsule's own device, read by the full check.
-        _check_announced_device(x, a, _checked_device_answer(x, answer))
+    cdef void* api = _exchange_api_of(type(x))
+    cdef DLPackRefTensor taken
+    cdef Array a = Array.__new__(Array)
+    cdef int by_table = dlpack_ref_consumer_plain(x, <const DLPackExchangeAPI*>api, &taken)
+    _own_taken(a, &taken)
+    if by_table and dlpack_ref_device_cuda_family(a._device.device_type):
+        _order_after_table_export(<DLPackExchangeAPI*>api, x, a)
     return a
-
-
-cdef object _dlpack_failed(object x):
-    """The plain path's answer to a failed x.__dlpack__(max_version=...) (the
-    error pending)."""
-    try:
-        dlpack_ref_raise_pending()
-    except TypeError:
-        if not hasattr(x, "__dlpack__"):
-            raise _not_dlpack(x) from None
-        # A producer older than DLPack 1.0 rejects max_version.
-        return x.__dlpack__()
-    except AttributeError:
-        if not hasattr(x, "__dlpack__"):
-            raise _not_dlpack(x) from None
-        raise
-
-
-cdef object _DLPACK_DEVICE_NAME = "__dlpack_device__"
-
-
-cdef inline bint _is_plain_int(object v):
-    return type(v) is int or (isinstance(v, int) and not isinstance(v, bool))
-
-
-cdef object _ask_dlpack_device(object x):
-    """x.__dlpack_device__(), unchecked."""
-    cdef PyObject* args[1]
-    args[0] = <PyObject*>x
-    cdef PyObject* answer = dlpack_ref_call_method_or_null(&_dlpack_device_memo, _DLPACK_DEVICE_NAME, args, 1, NULL)
-    if answer != NULL:
-        result = <object>answer
-        Py_DECREF(result)   # the call's reference, now result's
-        return result
-    try:
-        dlpack_ref_raise_pending()
-    except AttributeError:
-        if not hasattr(x, "__dlpack_device__"):
-            raise _not_dlpack(x) from None
-        raise
-
-
-cdef DLDevice _dlpack_device_of(object x) except *:
-    """x.__dlpack_device__(), checked: a (device_type, device_id) tuple of two ints."""
-    return _checked_device_answer(x, _ask_dlpack_device(x))
-
-
-cdef DLDevice _checked_device_answer(object x, object answer) except *:
-    if type(answer) is not tuple or len(<tuple>answer) != 2 or not (
-            _is_plain_int((<tuple>answer)[0]) and _is_plain_int((<tuple>answer)[1])):
-        raise TypeError(
-            f"{type(x).__name__}.__dlpack_device__() returned {answer!r}; expected a "
-            "(device_type, device_id) tuple of two ints")
-    return _parse_device(answer)
-
-
-cdef int _check_announced_device(object x, Array a, DLDevice announced) except -1:
-    """The capsule must be where __dlpack_device__ said (no dl_device was asked
-    for); `a` owns the tensor, so a refusal runs its deleter."""
-    if a._device.device_type != announced.device_type or a._device.device_id != announced.device_id:
-        raise BufferError(
-            f"{type(x).__name__}.__dlpack_device__() says {_dlpack_device_tuple(announced)!r} but "
-            f"its capsule's tensor is on ({<int>a._device.device_type}, {a._device.device_id}); "
-            "the capsule's deleter was called")
-    return 0
 
 
 cdef object _not_dlpack(object x):
@@ -252,7 +180,11 @@ def from_dlpack(x, /, *, device=None, copy=None):
 
 
 cdef Array _from_dlpack(object x, object device, object copy):
-    """from_dlpack(x, device=device, copy=copy), for the core's own callers."""
+    """from_dlpack(x, device=device, copy=copy), for the core's own callers.
+    The negotiation is the header's (dlpack_ref_consumer_source, _call and
+    _copy_needed, the pieces of dlpack_ref_consumer_take); what stays here
+    is this core's: its device names, its own Array, the CUDA stream it
+    passes and records, and the copy."""
     if device is None and copy is None and _stream_contexts == 0:
         return _import_plain(x)
     dlpack_ref_check_copy_arg(copy)
@@ -260,6 +192,8 @@ cdef Array _from_dlpack(object x, object device, object copy):
     cdef DLDevice source
     cdef bint have_target = device is not None
     cdef Array a
+    cdef DLPackRefTensor taken
+    cdef int producer_did_it = 0
     if have_target:
         target = _parse_device(device)
         if copy is None and type(x) is Array and _stream_contexts == 0 and target.device_type == kDLCPU \
@@ -269,58 +203,15 @@ cdef Array _from_dlpack(object x, object device, object copy):
     if PyCapsule_CheckExact(x):
         a = _array_from_capsule(x)
         return _finish_import(a, x, target if have_target else a._device, copy, False)
-    if not hasattr(x, "__dlpack__"):
-        raise _not_dlpack(x)
-    source = _dlpack_device_of(x)
+    dlpack_ref_consumer_source(x, &source)
     if not have_target:
         target = source
     stream = None
     if dlpack_ref_device_cuda_family(source.device_type) and (_stream_contexts or dlpack_ref_device_cuda_family(target.device_type)):
         stream = _cuda().consumer_stream_for(_device_object(source), _device_object(target))
-    # x.__dlpack__(max_version=..., [stream=...,] [dl_device=...,] [copy=...])
-    # by vectorcall: no keyword dict, no bound method.
-    cdef PyObject* args[5]
-    cdef int asked = 0
-    cdef Py_ssize_t n = 2
-    args[0] = <PyObject*>x
-    args[1] = <PyObject*>_MAX_VERSION
-    if stream is not None:
-        args[n] = <PyObject*>stream
-        n += 1
-        asked |= 1
-    dl_device = _dlpack_device_tuple(target) if have_target else None
-    if have_target:
-        args[n] = <PyObject*>dl_device
-        n += 1
-        asked |= 2
-    if copy is not None:
-        args[n] = <PyObject*>copy
-        n += 1
-        asked |= 4
-    cdef bint producer_did_it = True
-    try:
-        kwnames = <tuple>_KW_ASKED[asked]
-        capsule = dlpack_ref_call_method(&_dlpack_memo, _DLPACK_NAME, args, 1, <PyObject*>kwnames)
-    except TypeError:
-        # Pre-1.0 producer: no max_version, dl_device or copy; move/copy here.
-        producer_did_it = False
-        capsule = x.__dlpack__() if stream is None else x.__dlpack__(stream=stream)
-    except (BufferError, ValueError):
-        # BufferError is the standard refusal; NumPy before 2.4 raises
-        # ValueError ("unsupported device requested") for the same case.
-        if not have_target and copy is None:
-            raise
-        # The producer cannot move or copy as asked (another device, or no
-        # copies at all, as tvm-ffi): ask for what the plain path asks for
-        # and do the rest here, so that every device=/copy= request accepts
-        # the producers the plain path accepts. Its refusal, if it refuses
-        # that too, is the one that propagates.
-        producer_did_it = False
-        capsule = x.__dlpack__(max_version=_MAX_VERSION) if stream is None else \
-            x.__dlpack__(max_version=_MAX_VERSION, stream=stream)
-    a = _array_from_capsule(capsule)
-    if not have_target or not producer_did_it:
-        _check_announced_device(x, a, source)
+    a = Array.__new__(Array)
+    dlpack_ref_consumer_call(x, stream, &target if have_target else NULL, copy, source, &taken, &producer_did_it)
+    _own_taken(a, &taken)
     if stream is not None and stream != -1 and dlpack_ref_device_cuda_family(a._device.device_type) and \
             (stream > 2 or a._device.device_id == source.device_id):
         # The producer ordered the data on our stream: its last write.
@@ -330,20 +221,10 @@ cdef Array _from_dlpack(object x, object device, object copy):
 
 cdef Array _finish_import(Array a, object x, DLDevice target, object copy, bint producer_did_it,
                           object stream=None):
-    """Apply the device and copy requests the producer did not."""
-    cdef bint flagged = a._managed_versioned and \
-        ((<DLManagedTensorVersioned*>a._managed).flags & DLPACK_FLAG_BITMASK_IS_COPIED) != 0
-    if copy is False and flagged:
-        # Whoever made the tensor copied, so the result would not share the
-        # producer's memory, which is what copy=False promises; a bare
-        # capsule is judged by the same flag (docs/semantics.md).
-        dlpack_ref_refuse_copied(x)
-    cdef bint copied = producer_did_it and flagged
-    if copy is True and not copied:
-        return _copy_to(a, target, stream)
-    if not _can_access(target, a._device):
-        if copy is False:
-            dlpack_ref_refuse_copy(a._device, target, True)
+    """The copy the header's rule asks for (a refusal drops `a`, which runs
+    the deleter)."""
+    cdef uint64_t flags = (<DLManagedTensorVersioned*>a._managed).flags if a._managed_versioned else 0
+    if dlpack_ref_consumer_copy_needed(x, a._device, flags, target, copy, producer_did_it):
         return _copy_to(a, target, stream)
     return a
 

@@ -209,3 +209,14 @@ cdef extern from "dlpack_ref.h":
     # onto *target (stream: the consumer's stream, or None)
     int dlpack_ref_consumer_take(object x, object device, object copy, object stream, DLPackRefTensor* out,
                                  DLDevice* target, int* must_copy) except -1
+    # its pieces, for a consumer with its own fast paths and stream layer:
+    # the plain request (1 through the table, 0 through __dlpack__), the
+    # announced device of any other, the __dlpack__ call with its retries,
+    # and what copy= and the target ask of the taken tensor (1: copy it;
+    # a refusal leaves the tensor to its holder)
+    int dlpack_ref_consumer_plain(object x, const DLPackExchangeAPI* api, DLPackRefTensor* out) except -1
+    int dlpack_ref_consumer_source(object x, DLDevice* source) except -1
+    int dlpack_ref_consumer_call(object x, object stream, const DLDevice* target, object copy, DLDevice source,
+                                 DLPackRefTensor* out, int* producer_did_it) except -1
+    int dlpack_ref_consumer_copy_needed(object x, DLDevice mem, uint64_t flags, DLDevice target, object copy,
+                                        bint producer_did_it) except -1
