@@ -1887,20 +1887,33 @@ static inline int dlpack_ref_priv_check_announced(PyObject* x, DLPackRefTensor* 
  * conjugated complex tensor whose table export loses the conjugation): the
  * caller then asks __dlpack__, so that errors come out as __dlpack__ gives
  * them. The table is "NoSync": stream ordering is the caller's. */
+/* A table's failure is a reason to fall back to __dlpack__, and its error
+ * is dropped; KeyboardInterrupt, SystemExit and other exceptions that are no
+ * Exception are the user's, not the table's, and stay set (returns 0: fall
+ * back, -1: stop with the error). */
+static inline int dlpack_ref_priv_drop_table_error(void) {
+    if (PyErr_Occurred() != NULL && !PyErr_ExceptionMatches(PyExc_Exception)) return -1;
+    PyErr_Clear();
+    return 0;
+}
+
+/* 1: the tensor came through the table; 0: fall back to __dlpack__; -1: an
+ * exception that is no Exception (dlpack_ref_priv_drop_table_error). */
 static inline int dlpack_ref_priv_take_by_table(const DLPackExchangeAPI* api, PyObject* x, DLPackRefTensor* out) {
     DLManagedTensorVersioned* m = NULL;
     int status = dlpack_ref_api_table_from_py(api, x, &m);
     if (dlpack_ref_table_failed(status) || m == NULL) {
-        PyErr_Clear();
-        if (m != NULL && m->deleter != NULL) m->deleter(m);   /* not trusted, but ours to free */
-        return 0;
+        int dropped = dlpack_ref_priv_drop_table_error();
+        if (m != NULL && m->deleter != NULL)   /* not trusted, but ours to free */
+            DLPACK_REF_PRIV_KEEP_ERROR(m->deleter(m));
+        return dropped;
     }
-    if (dlpack_ref_adopt(m, 1, out) < 0) { PyErr_Clear(); return 0; }
+    if (dlpack_ref_adopt(m, 1, out) < 0) return dlpack_ref_priv_drop_table_error();
     if (out->dl_tensor->dtype.code == kDLComplex) {
         PyObject* r = PyObject_CallMethod(x, "is_conj", NULL);
         int conj = r == NULL ? (PyErr_ExceptionMatches(PyExc_AttributeError) ? 0 : 1) : PyObject_IsTrue(r);
         Py_XDECREF(r);
-        PyErr_Clear();
+        if (dlpack_ref_priv_drop_table_error() < 0) { DLPACK_REF_PRIV_KEEP_ERROR(dlpack_ref_release(out)); return -1; }
         if (conj != 0) { dlpack_ref_release(out); return 0; }
     }
     return 1;
@@ -2021,7 +2034,10 @@ static inline int dlpack_ref_consumer_args(PyObject* const* args, Py_ssize_t nar
  * table (which is "NoSync": ordering a CUDA tensor on the producer's stream
  * is the caller's), 0 through __dlpack__, -1 with the error set. */
 static inline int dlpack_ref_consumer_plain(PyObject* x, const DLPackExchangeAPI* api, DLPackRefTensor* out) {
-    if (api != NULL && dlpack_ref_priv_take_by_table(api, x, out)) return 1;
+    if (api != NULL) {
+        int by_table = dlpack_ref_priv_take_by_table(api, x, out);
+        if (by_table != 0) return by_table;
+    }
     return dlpack_ref_priv_take_plain(x, out) < 0 ? -1 : 0;
 }
 

@@ -539,6 +539,20 @@ def test_a_failing_table_export_falls_back_and_frees_the_tensor_it_handed_out(ho
     assert factory.deleter_calls == 1
 
 
+def test_a_keyboardinterrupt_from_a_table_is_not_a_fallback_and_the_tensor_is_freed_once(hostile_lib, factory):
+    # A table's failure falls back to __dlpack__ and drops its error; an
+    # exception that is no Exception (Ctrl-C reaching the table's code) is
+    # the user's and propagates.
+    inner = dlpack_ref.asarray([1.0])
+    cls, calls = _hostile_producer(hostile_lib, inner)
+    hostile_lib.hostile_set(take_tensor(factory.make(shape=(2,))), hostile_table.INTERRUPT_WITH_MINUS_ONE, 0, 0, 0)
+    with pytest.raises(KeyboardInterrupt):
+        dlpack_ref.from_dlpack(cls())
+    assert calls == []
+    gc.collect()
+    assert factory.deleter_calls == 1
+
+
 def test_a_working_hostile_table_is_used(hostile_lib, factory):
     inner = dlpack_ref.asarray([1.0])
     cls, calls = _hostile_producer(hostile_lib, inner)

@@ -6,7 +6,8 @@
 #include <stdint.h>
 #include "dlpack.h"
 
-enum { WORKS = 0, SILENT_MINUS_ONE = 1, ERROR_WITH_ZERO = 2, ERROR_WITH_MINUS_ONE = 3, SILENT_SEVEN = 4 };
+enum { WORKS = 0, SILENT_MINUS_ONE = 1, ERROR_WITH_ZERO = 2, ERROR_WITH_MINUS_ONE = 3, SILENT_SEVEN = 4,
+       INTERRUPT_WITH_MINUS_ONE = 5 };
 
 static DLManagedTensorVersioned* handed;   /* the tensor from_py hands out (once) */
 static int from_py_mode, stream_mode, to_py_mode, view_mode;
@@ -27,6 +28,7 @@ static int status_of(int mode, const char* function) {
     case ERROR_WITH_ZERO: PyErr_Format(PyExc_RuntimeError, "hostile %s", function); return 0;
     case ERROR_WITH_MINUS_ONE: PyErr_Format(PyExc_RuntimeError, "hostile %s", function); return -1;
     case SILENT_SEVEN: return 7;
+    case INTERRUPT_WITH_MINUS_ONE: PyErr_SetNone(PyExc_KeyboardInterrupt); return -1;
     default: return 0;
     }
 }

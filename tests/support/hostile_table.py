@@ -18,7 +18,7 @@ from dlpack_ref.testing import NAME_EXCHANGE_API, DLPackExchangeAPI, c_api
 SOURCE = Path(__file__).resolve().parent / "hostile_table.c"
 
 #: How each function fails (hostile_table.c), by name.
-WORKS, SILENT_MINUS_ONE, ERROR_WITH_ZERO, ERROR_WITH_MINUS_ONE, SILENT_SEVEN = range(5)
+WORKS, SILENT_MINUS_ONE, ERROR_WITH_ZERO, ERROR_WITH_MINUS_ONE, SILENT_SEVEN, INTERRUPT_WITH_MINUS_ONE = range(6)
 FAILURES = {"silent -1": SILENT_MINUS_ONE, "error with 0": ERROR_WITH_ZERO,
             "error with -1": ERROR_WITH_MINUS_ONE, "silent 7": SILENT_SEVEN}
 
