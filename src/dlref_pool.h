@@ -150,31 +150,16 @@ static inline int64_t dlref_pool_now_ns(void) {
     return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
 }
 
-/* Poll until *value differs from `old` (wait 0: until it is 0) or the spin
-   time is over; returns whether it changed. Reads only: no lock held. */
-static int dlref_pool_spin_ulong(const unsigned long* value, unsigned long old) {
-    int64_t end = dlref_pool_now_ns() + DLREF_POOL_SPIN_NS;
-    int i;
-    for (;;) {
-        for (i = 0; i < 64; ++i) {
-            if (__atomic_load_n(value, __ATOMIC_ACQUIRE) != old) return 1;
-            dlref_pool_relax();
-        }
-        if (dlref_pool_now_ns() > end) return 0;
-    }
-}
-
-static int dlref_pool_spin_zero(const int* value) {
-    int64_t end = dlref_pool_now_ns() + DLREF_POOL_SPIN_NS;
-    int i;
-    for (;;) {
-        for (i = 0; i < 64; ++i) {
-            if (__atomic_load_n(value, __ATOMIC_ACQUIRE) == 0) return 1;
-            dlref_pool_relax();
-        }
-        if (dlref_pool_now_ns() > end) return 0;
-    }
-}
+/* Poll while `busy` holds (an expression of atomic loads; no lock held) or
+   until the spin time is over. */
+#define DLREF_POOL_SPIN_WHILE(busy) do {                                        \
+        int64_t dlref_end_ = dlref_pool_now_ns() + DLREF_POOL_SPIN_NS;          \
+        int dlref_i_;                                                           \
+        for (;;) {                                                              \
+            for (dlref_i_ = 0; dlref_i_ < 64 && (busy); ++dlref_i_) dlref_pool_relax(); \
+            if (!(busy) || dlref_pool_now_ns() > dlref_end_) break;             \
+        }                                                                       \
+    } while (0)
 
 static void* dlref_pool_worker(void* arg) {
     int index = (int)(intptr_t)arg;
@@ -189,7 +174,7 @@ static void* dlref_pool_worker(void* arg) {
             /* Poll a while without the lock, so that the caller of the next
                job of a burst posts it without waking anyone. */
             pthread_mutex_unlock(&dlref_pool_state);
-            dlref_pool_spin_ulong(&dlref_pool_generation, seen);
+            DLREF_POOL_SPIN_WHILE(__atomic_load_n(&dlref_pool_generation, __ATOMIC_ACQUIRE) == seen);
             pthread_mutex_lock(&dlref_pool_state);
         }
         while (dlref_pool_generation == seen) pthread_cond_wait(&dlref_pool_work, &dlref_pool_state);
@@ -301,7 +286,7 @@ static int dlref_pool_run(dlref_pool_fn fn, void* job, int parts, int threads) {
     if (dlref_pool_active > 0) {
         /* The last parts are short: poll for them before sleeping. */
         pthread_mutex_unlock(&dlref_pool_state);
-        dlref_pool_spin_zero(&dlref_pool_active);
+        DLREF_POOL_SPIN_WHILE(__atomic_load_n(&dlref_pool_active, __ATOMIC_ACQUIRE) != 0);
         pthread_mutex_lock(&dlref_pool_state);
     }
     while (dlref_pool_active > 0) pthread_cond_wait(&dlref_pool_done, &dlref_pool_state);
