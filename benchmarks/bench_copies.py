@@ -1,7 +1,7 @@
 """Copies and dtype conversions side by side with NumPy, torch and ml_dtypes,
 in one process, the compared calls interleaved (benchmarks/interleave.py).
 
-    python benchmarks/bench_copies.py [--quick] [--big] [--json PATH] [--png PATH]
+    python benchmarks/bench_copies.py [--quick] [--big] [--only TEXT] [--json PATH] [--png PATH]
 
 Prints every case with its best reference (NumPy, PyTorch at its default
 threads, ml_dtypes), the measured ratio and its target (copies and
@@ -138,6 +138,11 @@ def size_target(nbytes: int) -> float:
     return 1.0 if nbytes >= MIB else 1.1
 
 
+# PyTorch's OpenMP workers spin for about 10 ms after each call (libgomp's
+# default wait policy), so a sample started sooner would share a core with them.
+QUIET_S = 0.02
+
+
 def measure(cases, rounds: int) -> list:
     """Each case interleaved with its references at every library's default
     threads (dlpack_ref: get_num_threads(); PyTorch: its own), then again
@@ -149,11 +154,14 @@ def measure(cases, rounds: int) -> list:
     for group, case, ours, refs, limit in cases:
         gc.collect()
         budget = 0.002 if "GiB" in case or "64 MiB" in case else 0.01
-        stats = compare({"dlpack_ref": ours, **refs}, rounds=rounds, budget_s=budget)
+        # Threaded calls start each sample on a quiet machine (interleave.compare).
+        quiet = QUIET_S if group != "small call" else 0.0
+        stats = compare({"dlpack_ref": ours, **refs}, rounds=rounds, budget_s=budget, quiet_s=quiet)
         first_ref = next(iter(refs))
         dr.set_num_threads(1)
         try:
-            single = compare({"dlpack_ref": ours, first_ref: refs[first_ref]}, rounds=rounds, budget_s=budget)
+            single = compare({"dlpack_ref": ours, first_ref: refs[first_ref]}, rounds=rounds, budget_s=budget,
+                             quiet_s=quiet)
         finally:
             dr.set_num_threads(threads)
         best_ref = min(refs, key=lambda r: stats[r]["min_ns"])
@@ -250,6 +258,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="fewer rounds (a smoke run)")
     p.add_argument("--big", action="store_true", help="add the 1 GiB copies")
+    p.add_argument("--only", metavar="TEXT", help="only the cases whose name contains TEXT (nothing is saved)")
     p.add_argument("--json", default=os.path.join(HERE, "results", "copies.json"))
     p.add_argument("--png", default=os.path.join(HERE, "results", "copies.png"))
     args = p.parse_args(argv)
@@ -258,8 +267,14 @@ def main(argv=None) -> int:
     rows = []
     for title, cases in (("copies", copy_cases(args.big)), ("conversions", conversion_cases()),
                          ("small calls", small_cases())):
+        if args.only:
+            cases = [c for c in cases if args.only in c[1]]
+            if not cases:
+                continue
         print(title)
         rows += measure(cases, rounds)
+    if args.only:
+        return 0
     print("peak memory")
     memory = peak_memory()
     print(f"load average at end: {os.getloadavg()[0]:.2f}")

@@ -122,6 +122,22 @@ static int dlref_coalesce(int ndim, const int64_t* shape, const int64_t* s1, con
     return k;
 }
 
+/* Turn around every dimension but the last that the source walks
+   backwards, moving both base pointers to that dimension's other end, so
+   that the source is read at rising addresses: the prefetcher follows
+   forward streams, and reading rows backwards made a[::-1].copy() about
+   1.4x slower than a forward copy. The last dimension keeps its direction:
+   a reversed run has its own vectorized loop. Byte strides only (not the
+   element strides of packed sub-byte data). */
+static void dlref_read_forward(int k, const int64_t* sh, int64_t* s1, int64_t* s2, char** p1, const char** p2) {
+    int d;
+    for (d = 0; d < k - 1; ++d) {
+        if (s2[d] >= 0) continue;
+        *p1 += (sh[d] - 1) * s1[d]; *p2 += (sh[d] - 1) * s2[d];
+        s1[d] = -s1[d]; s2[d] = -s2[d];
+    }
+}
+
 /* Advance an odometer over dims [0, last) of `shape`; offsets in bytes. */
 static inline void dlref_next(int last, int64_t* index, const int64_t* shape,
                               const int64_t* s1, const int64_t* s2, int64_t* off1, int64_t* off2) {
@@ -169,12 +185,93 @@ static void dlref_move_run(char* d, int64_t ds, const char* s, int64_t ss, int64
     }
 }
 
+#if defined(__SSE2__) || defined(_M_X64) || defined(_M_AMD64)
+#include <emmintrin.h>
+/* Transposes in registers (SSE2, part of every x86-64 CPU; integer moves,
+   so the bits pass unchanged): a 4x4 block of 4-byte items, or 2x2 of
+   8-byte ones. Destination row i (at d + i * dr) gets source column i: the
+   items i of the source runs at s, s + sc, ... */
+static inline void dlref_transpose_4x4_32(char* d, int64_t dr, const char* s, int64_t sc) {
+    __m128i a = _mm_loadu_si128((const __m128i*)s), b = _mm_loadu_si128((const __m128i*)(s + sc));
+    __m128i c = _mm_loadu_si128((const __m128i*)(s + 2 * sc)), e = _mm_loadu_si128((const __m128i*)(s + 3 * sc));
+    __m128i ab_lo = _mm_unpacklo_epi32(a, b), ce_lo = _mm_unpacklo_epi32(c, e);
+    __m128i ab_hi = _mm_unpackhi_epi32(a, b), ce_hi = _mm_unpackhi_epi32(c, e);
+    _mm_storeu_si128((__m128i*)d, _mm_unpacklo_epi64(ab_lo, ce_lo));
+    _mm_storeu_si128((__m128i*)(d + dr), _mm_unpackhi_epi64(ab_lo, ce_lo));
+    _mm_storeu_si128((__m128i*)(d + 2 * dr), _mm_unpacklo_epi64(ab_hi, ce_hi));
+    _mm_storeu_si128((__m128i*)(d + 3 * dr), _mm_unpackhi_epi64(ab_hi, ce_hi));
+}
+static inline void dlref_transpose_2x2_64(char* d, int64_t dr, const char* s, int64_t sc) {
+    __m128i a = _mm_loadu_si128((const __m128i*)s), b = _mm_loadu_si128((const __m128i*)(s + sc));
+    _mm_storeu_si128((__m128i*)d, _mm_unpacklo_epi64(a, b));
+    _mm_storeu_si128((__m128i*)(d + dr), _mm_unpackhi_epi64(a, b));
+}
+/* A reversed run of n 4- or 8-byte items (d[i] = s[-i]) that reads the
+   source at rising addresses and writes the destination with
+   non-temporal stores (then the caller's _mm_sfence): for copies too large
+   to stay in cache, where it is about 2x faster than the cached reversed
+   loop (DLREF_STREAM_BYTES). */
+static void dlref_reverse_run_stream(char* d, const char* s, int64_t n, size_t itemsize) {
+    const char* lo = s - (n - 1) * (int64_t)itemsize;   /* the source's first item in memory */
+    char* hi = d + (n - 1) * (int64_t)itemsize;           /* where it goes */
+    const int64_t per = 16 / (int64_t)itemsize;
+    int64_t j = 0;
+    /* Items one by one until the next block of the destination is aligned. */
+    for (; j < n && ((uintptr_t)(hi - (j + per - 1) * (int64_t)itemsize) & 15) != 0; ++j)
+        memcpy(hi - j * (int64_t)itemsize, lo + j * (int64_t)itemsize, itemsize);
+    for (; j + per <= n; j += per) {
+        __m128i v = _mm_loadu_si128((const __m128i*)(lo + j * (int64_t)itemsize));
+        v = itemsize == 4 ? _mm_shuffle_epi32(v, 0x1B) : _mm_shuffle_epi32(v, 0x4E);
+        _mm_stream_si128((__m128i*)(hi - (j + per - 1) * (int64_t)itemsize), v);
+    }
+    for (; j < n; ++j) memcpy(hi - j * (int64_t)itemsize, lo + j * (int64_t)itemsize, itemsize);
+}
+#define DLREF_HAVE_SSE2 1
+#endif
+
+/* A copy whose destination is this large or larger writes its reversed
+   runs with non-temporal stores: source and destination no longer fit in
+   the last-level cache together, and the stores that skip it then run
+   about 2x faster (a[:, ::-1].copy() of 2048x2048 float32 on a 32 MiB L3:
+   0.45 ms against 0.94 ms), while at 8 MiB they are 1.15x slower. */
+#define DLREF_STREAM_BYTES ((int64_t)16 << 20)
+
 /* A tile-by-tile copy of the last two dimensions, for a source read across
-   its fast axis (a transpose): both sides stay in cache within a tile. */
+   its fast axis (a transpose): both sides stay in cache within a tile.
+   Dense 4- and 8-byte items (the destination's rows and the source's
+   columns both unit-stride) go through register transposes, 2.2x faster
+   than item by item on a 2048x2048 float32 transpose; the rest of a tile,
+   and other items, move one at a time. */
 static void dlref_blocked_2d(char* d, const int64_t* dsr, const char* s, const int64_t* ssr,
                              const int64_t* shape2, size_t itemsize) {
     const int64_t tile = itemsize >= 8 ? 16 : 32;
     int64_t r0, c0, r, c;
+#ifdef DLREF_HAVE_SSE2
+    const int64_t m = itemsize == 4 ? 4 : 2;
+    if ((itemsize == 4 || itemsize == 8) && dsr[1] == (int64_t)itemsize && ssr[0] == (int64_t)itemsize) {
+        for (r0 = 0; r0 < shape2[0]; r0 += tile) {
+            int64_t r1 = r0 + tile < shape2[0] ? r0 + tile : shape2[0], rm = r0 + (r1 - r0) / m * m;
+            for (c0 = 0; c0 < shape2[1]; c0 += tile) {
+                int64_t c1 = c0 + tile < shape2[1] ? c0 + tile : shape2[1], cm = c0 + (c1 - c0) / m * m;
+                for (r = r0; r < rm; r += m) {
+                    for (c = c0; c < cm; c += m) {
+                        if (m == 4) dlref_transpose_4x4_32(d + r * dsr[0] + c * dsr[1], dsr[0], s + r * ssr[0] + c * ssr[1], ssr[1]);
+                        else dlref_transpose_2x2_64(d + r * dsr[0] + c * dsr[1], dsr[0], s + r * ssr[0] + c * ssr[1], ssr[1]);
+                    }
+                }
+                /* The tile's last columns (rows r0..rm), then its last rows. */
+                if (cm < c1)
+                    for (r = r0; r < rm; ++r)
+                        dlref_move_run(d + r * dsr[0] + cm * dsr[1], dsr[1], s + r * ssr[0] + cm * ssr[1], ssr[1],
+                                       c1 - cm, itemsize);
+                for (r = rm; r < r1; ++r)
+                    dlref_move_run(d + r * dsr[0] + c0 * dsr[1], dsr[1], s + r * ssr[0] + c0 * ssr[1], ssr[1],
+                                   c1 - c0, itemsize);
+            }
+        }
+        return;
+    }
+#endif
     for (r0 = 0; r0 < shape2[0]; r0 += tile) {
         int64_t r1 = r0 + tile < shape2[0] ? r0 + tile : shape2[0];
         for (c0 = 0; c0 < shape2[1]; c0 += tile) {
@@ -192,7 +289,8 @@ static void dlref_blocked_2d(char* d, const int64_t* dsr, const char* s, const i
    doff and soff on: dense inner runs are one memcpy each; other runs move
    fixed-size items; a transposed pair of inner dimensions is tiled. */
 static void dlref_copy_coalesced(char* dst, const int64_t* ds, const char* src, const int64_t* ss,
-                                 const int64_t* sh, int k, size_t itemsize, int64_t doff, int64_t soff) {
+                                 const int64_t* sh, int k, size_t itemsize, int64_t doff, int64_t soff,
+                                 int stream) {
     int64_t index[DLREF_MAX_NDIM];
     int64_t rows = 1;
     int d, inner, blocked;
@@ -201,6 +299,20 @@ static void dlref_copy_coalesced(char* dst, const int64_t* ds, const char* src, 
               && sh[k - 1] >= 8 && sh[k - 2] >= 8;
     inner = blocked ? k - 2 : k - 1;
     for (d = 0; d < inner; ++d) { index[d] = 0; rows *= sh[d]; }
+#ifdef DLREF_HAVE_SSE2
+    if (stream && !blocked && (itemsize == 4 || itemsize == 8) && ds[inner] == (int64_t)itemsize
+            && ss[inner] == -(int64_t)itemsize) {
+        while (rows-- > 0) {
+            dlref_reverse_run_stream(dst + doff, src + soff, sh[inner], itemsize);
+            dlref_next(inner, index, sh, ds, ss, &doff, &soff);
+        }
+        /* Non-temporal stores are weakly ordered: fence them before the
+           pool's release tells another thread that the part is done. */
+        _mm_sfence();
+        return;
+    }
+#endif
+    (void)stream;
     while (rows-- > 0) {
         if (blocked)
             dlref_blocked_2d(dst + doff, ds + inner, src + soff, ss + inner, sh + inner, itemsize);
@@ -277,6 +389,7 @@ typedef struct {
     const int64_t *sh, *ds, *ss;
     int k;
     size_t itemsize;          /* copies */
+    int stream;               /* copies: DLREF_STREAM_BYTES or more */
     int dt, st, src_bits;     /* conversions */
     int64_t refused;          /* the sum over the parts (atomic adds) */
 } dlref_split_job;
@@ -300,7 +413,7 @@ static void dlref_run_pieces(dlref_split_job* job, int part, int parts, dlref_pi
 
 static void dlref_copy_piece(dlref_split_job* job, const int64_t* sh, int k, const int64_t* ds,
                              const int64_t* ss, int64_t doff, int64_t soff) {
-    dlref_copy_coalesced(job->dst, ds, job->src, ss, sh, k, job->itemsize, doff, soff);
+    dlref_copy_coalesced(job->dst, ds, job->src, ss, sh, k, job->itemsize, doff, soff, job->stream);
 }
 
 static void dlref_copy_part(void* job, int part, int parts) {
@@ -318,18 +431,21 @@ static int dlref_strided_copy(char* dst, const int64_t* dst_strides, const char*
                               int threads) {
     int64_t sh[DLREF_MAX_NDIM], ds[DLREF_MAX_NDIM], ss[DLREF_MAX_NDIM];
     int64_t count = 1;
-    int k, d, parts;
+    int k, d, parts, stream;
     if (ndim > DLREF_MAX_NDIM || ndim < 0) return -1;
     k = dlref_coalesce(ndim, shape, dst_strides, src_strides, sh, ds, ss);
     if (k < 0) return 0;
     if (k == 0) { memcpy(dst, src, itemsize); return 0; }
+    dlref_read_forward(k, sh, ds, ss, &dst, &src);
     for (d = 0; d < k; ++d) count *= sh[d];
     parts = threads > 1 ? dlref_parts_for(count * (int64_t)itemsize * 2, threads) : 1;
+    stream = count * (int64_t)itemsize >= DLREF_STREAM_BYTES;
     if (parts <= 1) {
-        dlref_copy_coalesced(dst, ds, src, ss, sh, k, itemsize, 0, 0);
+        dlref_copy_coalesced(dst, ds, src, ss, sh, k, itemsize, 0, 0, stream);
     } else {
         dlref_split_job job;
         job.dst = dst; job.src = src; job.sh = sh; job.ds = ds; job.ss = ss; job.k = k; job.itemsize = itemsize;
+        job.stream = stream;
         dlref_pool_run(dlref_copy_part, &job, parts, threads);
     }
     return 0;
@@ -1029,6 +1145,7 @@ static int64_t dlref_convert(char* dst, const int64_t* dst_strides, int dt, cons
     k = dlref_coalesce(ndim, shape, dst_strides, src_strides, sh, ds, ss);
     if (k < 0) return 0;
     if (k == 0) { sh[0] = 1; ds[0] = 0; ss[0] = 0; k = 1; }
+    if (src_bits >= 8) dlref_read_forward(k, sh, ds, ss, &dst, &src);
     for (d = 0; d < k; ++d) count *= sh[d];
     parts = threads > 1 ? dlref_parts_for(count * (bytes[dt] + bytes[st]), threads) : 1;
     if (parts <= 1) return dlref_convert_coalesced(dst, ds, dt, src, ss, st, src_bits, sh, k, 0, 0);

@@ -20,6 +20,9 @@ VIEWS = {
     "column_step": lambda x: x[:, ::3],
     "both_negative": lambda x: x[::-2, ::-1],
     "transpose_of_slice": lambda x: x[3:, 1:-2].T,
+    "transpose_reversed": lambda x: x.T[::-1],
+    "transpose_reversed_columns": lambda x: x.T[:, ::-1],
+    "reversed_columns": lambda x: x[:, ::-1],
     "row": lambda x: x[5],
     "column": lambda x: x[:, 7],
 }
@@ -85,6 +88,27 @@ def test_allocations_stay_256_byte_aligned(nbytes):
     a = dr.empty(nbytes, dtype="uint8")
     assert a.data_ptr % 256 == 0
     dr.zeros(nbytes, dtype="uint8")
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("dtype", ["float32", "int64", "complex64"])
+@pytest.mark.parametrize("columns", [4099, 1 << 20])
+def test_reversed_runs_past_the_streaming_size(dtype, columns, threads):
+    """From 16 MiB of destination on, reversed runs of 4- and 8-byte items
+    take the non-temporal store loop: every alignment of a row's start and
+    every remainder come out as NumPy's, on one thread or split."""
+    itemsize = np.dtype(dtype).itemsize
+    rows = -(-(17 << 20) // (columns * itemsize))
+    base = np.random.default_rng(1).integers(0, 1 << 30, (rows, columns + 1)).astype(dtype)
+    a = dr.from_dlpack(base)
+    before = dr.get_num_threads()
+    dr.set_num_threads(threads)
+    try:
+        for index in [(slice(None), slice(-2, None, -1)), (slice(None, None, -1), slice(None, 0, -1))]:
+            assert base[index].nbytes >= 16 << 20
+            assert np.array_equal(np.asarray(a[index].copy()), base[index])
+    finally:
+        dr.set_num_threads(before)
 
 
 def test_large_copy_is_exact():
