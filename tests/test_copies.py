@@ -94,9 +94,10 @@ def test_allocations_stay_256_byte_aligned(nbytes):
 @pytest.mark.parametrize("dtype", ["float32", "int64", "complex64"])
 @pytest.mark.parametrize("columns", [4099, 1 << 20])
 def test_reversed_runs_past_the_streaming_size(dtype, columns, threads):
-    """From 16 MiB of destination on, reversed runs of 4- and 8-byte items
-    take the non-temporal store loop: every alignment of a row's start and
-    every remainder come out as NumPy's, on one thread or split."""
+    """From 16 MiB of destination on, dense runs and reversed runs of 4- and
+    8-byte items take the non-temporal store loops: every alignment of a
+    row's start and every remainder come out as NumPy's, on one thread or
+    split."""
     itemsize = np.dtype(dtype).itemsize
     rows = -(-(17 << 20) // (columns * itemsize))
     base = np.random.default_rng(1).integers(0, 1 << 30, (rows, columns + 1)).astype(dtype)
@@ -104,7 +105,8 @@ def test_reversed_runs_past_the_streaming_size(dtype, columns, threads):
     before = dr.get_num_threads()
     dr.set_num_threads(threads)
     try:
-        for index in [(slice(None), slice(-2, None, -1)), (slice(None, None, -1), slice(None, 0, -1))]:
+        for index in [(slice(None), slice(-2, None, -1)), (slice(None, None, -1), slice(None, 0, -1)),
+                      (slice(None), slice(1, None)), (slice(None, None, -1), slice(None, -1))]:
             assert base[index].nbytes >= 16 << 20
             assert np.array_equal(np.asarray(a[index].copy()), base[index])
     finally:
