@@ -13,6 +13,7 @@ cdef extern from "dlref_kernels.h":
                           const int64_t* src_strides, int st, int src_bits, const int64_t* shape,
                           int ndim, int threads) nogil
     int64_t dlref_pool_grain
+    int dlref_wide_dense
     int dlref_seq_shape(object obj, int64_t* shape) except -1
     int dlref_seq_check(object o, int depth, int ndim, const int64_t* shape, int* kind) except -1
     int dlref_other_leaf_kind(object o) except -1
@@ -98,6 +99,16 @@ def _set_pool_grain(nbytes):
     if nbytes < 1:
         raise ValueError(f"pool grain must be at least 1 byte, got {nbytes}")
     dlref_pool_grain = nbytes
+    return previous
+
+
+def _set_wide_dense(enabled):
+    """Whether dense conversions between the native types may take their
+    AVX2 / AVX-512 loops where the CPU has them (the default); returns the
+    previous setting. For the tests of the baseline loops."""
+    global dlref_wide_dense
+    previous = bool(dlref_wide_dense)
+    dlref_wide_dense = 1 if enabled else 0
     return previous
 
 

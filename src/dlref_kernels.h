@@ -832,6 +832,69 @@ static const dlref_run_fn dlref_native_runs[DLREF_N_NATIVE][DLREF_N_NATIVE] = {
     DLREF_NATIVE_TYPES(DLREF_ROW_ENTRY)
 };
 
+/* The dense loop of every native pair again, compiled for AVX2 and for
+   AVX-512 (the compiler vectorizes each) and chosen once by cpuid: the
+   baseline build has SSE2 only, and NumPy's casts run on the widest vectors
+   the CPU has (float64 to float32 of 1e6 items: 0.18 ms on SSE2, 0.14 ms on
+   AVX-512). */
+typedef void (*dlref_dense_fn)(char* d, const char* s, int64_t n);
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+#define DLREF_HAVE_WIDE_DENSE 1
+#define DLREF_EACH_DEST(M, ISA, TARGET, SN, ST) \
+    M(ISA, TARGET, SN, ST, BOOL, uint8_t) M(ISA, TARGET, SN, ST, I8, int8_t) M(ISA, TARGET, SN, ST, I16, int16_t) \
+    M(ISA, TARGET, SN, ST, I32, int32_t) M(ISA, TARGET, SN, ST, I64, int64_t) M(ISA, TARGET, SN, ST, U8, uint8_t) \
+    M(ISA, TARGET, SN, ST, U16, uint16_t) M(ISA, TARGET, SN, ST, U32, uint32_t) \
+    M(ISA, TARGET, SN, ST, U64, uint64_t) M(ISA, TARGET, SN, ST, F32, float) M(ISA, TARGET, SN, ST, F64, double)
+#define DLREF_DENSE_PAIR(ISA, TARGET, SN, ST, DN, DT)                                      \
+    __attribute__((target(TARGET))) static void dlref_dense_##ISA##_##SN##_##DN(char* d, const char* s, int64_t n) { \
+        DT* dp = (DT*)d; const ST* sp = (const ST*)s; int64_t i;                           \
+        for (i = 0; i < n; ++i) dp[i] = DLREF_CONVERT_VALUE(SN, ST, DN, DT, sp[i]);        \
+    }
+#define DLREF_DENSE_NAME(ISA, TARGET, SN, ST, DN, DT) dlref_dense_##ISA##_##SN##_##DN,
+#define DLREF_DENSE_AVX2(SN, ST) DLREF_EACH_DEST(DLREF_DENSE_PAIR, avx2, "avx2", SN, ST)
+#define DLREF_DENSE_AVX512(SN, ST) DLREF_EACH_DEST(DLREF_DENSE_PAIR, avx512, "avx512f,avx512bw,avx512dq,avx512vl", SN, ST)
+DLREF_NATIVE_TYPES(DLREF_DENSE_AVX2)
+DLREF_NATIVE_TYPES(DLREF_DENSE_AVX512)
+#define DLREF_DENSE_ROW_AVX2(SN, ST) { DLREF_EACH_DEST(DLREF_DENSE_NAME, avx2, "", SN, ST) },
+#define DLREF_DENSE_ROW_AVX512(SN, ST) { DLREF_EACH_DEST(DLREF_DENSE_NAME, avx512, "", SN, ST) },
+static const dlref_dense_fn dlref_dense_avx2[DLREF_N_NATIVE][DLREF_N_NATIVE] = {
+    DLREF_NATIVE_TYPES(DLREF_DENSE_ROW_AVX2)
+};
+static const dlref_dense_fn dlref_dense_avx512[DLREF_N_NATIVE][DLREF_N_NATIVE] = {
+    DLREF_NATIVE_TYPES(DLREF_DENSE_ROW_AVX512)
+};
+#include <cpuid.h>
+/* The widest table the CPU and the OS support, NULL for SSE2 only: AVX2 is
+   leaf 7 ebx bit 5 with YMM state saved (XCR0 bits 1-2); AVX-512 F, BW, DQ
+   and VL are ebx bits 16, 30, 17 and 31 with opmask and ZMM state saved
+   too (XCR0 bits 5-7). Racing first calls under free threading all write
+   the same answer. */
+static int dlref_wide_dense = 1;   /* 0: the baseline loops (the core's _set_wide_dense, for tests) */
+static const dlref_dense_fn (*dlref_dense_runs(void))[DLREF_N_NATIVE] {
+    static int known = -1;
+    if (!dlref_wide_dense) return NULL;
+    if (known < 0) {
+        unsigned a, b, c, d, lo = 0, hi = 0;
+        const unsigned avx512 = (1u << 16) | (1u << 17) | (1u << 30) | (1u << 31);
+        int isa = 0;
+        if (__get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 27)) && (c & (1u << 28))) {
+            __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+            if ((lo & 6u) == 6u && __get_cpuid_count(7, 0, &a, &b, &c, &d)) {
+                if (b & (1u << 5)) isa = 1;
+                if ((b & avx512) == avx512 && (lo & 0xE6u) == 0xE6u) isa = 2;
+            }
+        }
+        (void)hi;
+        known = isa;
+    }
+    return known == 2 ? dlref_dense_avx512 : known == 1 ? dlref_dense_avx2 : NULL;
+}
+#else
+static int dlref_wide_dense = 0;
+static const dlref_dense_fn (*dlref_dense_runs(void))[DLREF_N_NATIVE] { return NULL; }
+#endif
+static const int8_t dlref_native_bytes[DLREF_N_NATIVE] = {1, 1, 2, 4, 8, 1, 2, 4, 8, 4, 8};
+
 /* Bit-exact pairs with the small float types (no detour through double). */
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
 #include <immintrin.h>
@@ -1065,7 +1128,14 @@ static int64_t dlref_convert_run(int dt, char* d, int64_t ds, int st, const char
     double re[DLREF_BLOCK], im[DLREF_BLOCK];
     int64_t done, refused = 0;
     int complex_out = dlref_is_complex_tid(dt) || dt == DLREF_T_BOOL;
-    if (st < DLREF_N_NATIVE && dt < DLREF_N_NATIVE) { dlref_native_runs[st][dt](d, ds, s, ss, n); return 0; }
+    if (st < DLREF_N_NATIVE && dt < DLREF_N_NATIVE) {
+        const dlref_dense_fn (*dense)[DLREF_N_NATIVE];
+        if (ds == dlref_native_bytes[dt] && ss == dlref_native_bytes[st] && (dense = dlref_dense_runs()) != NULL)
+            dense[st][dt](d, s, n);
+        else
+            dlref_native_runs[st][dt](d, ds, s, ss, n);
+        return 0;
+    }
     if (st == DLREF_T_F32) {
         if (dt == DLREF_T_F16) { dlref_run_F32_F16(d, ds, s, ss, n); return 0; }
         if (dt == DLREF_T_BF16) { dlref_run_F32_BF16(d, ds, s, ss, n); return 0; }

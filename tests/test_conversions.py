@@ -113,9 +113,18 @@ def float_to_int(src_name, dst_name):
         "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64") else False
 
 
+@pytest.fixture(params=["wide", "baseline"])
+def dense_loops(request):
+    """Dense conversions between native types on the CPU's widest vector
+    loops (AVX2 / AVX-512 where it has them), then on the baseline loops."""
+    before = core._set_wide_dense(request.param == "wide")
+    yield request.param
+    core._set_wide_dense(before)
+
+
 @pytest.mark.parametrize("src_name", NAMES)
 @pytest.mark.parametrize("dst_name", NAMES)
-def test_every_pair_bit_for_bit(src_name, dst_name):
+def test_every_pair_bit_for_bit(src_name, dst_name, dense_loops):
     src = sources(src_name)
     if dst_name in NO_NAN and np_dtype(src_name).kind not in "iub":
         with np.errstate(invalid="ignore"):
