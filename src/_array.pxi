@@ -790,7 +790,6 @@ cdef int _host_copy(Array dst, Array src) except -1:
     """Copy src into dst (same shape) on the host."""
     cdef int64_t bits = dlpack_ref_storage_bits(src._dtype, src._flags)
     cdef int64_t itemsize
-    cdef int64_t dst_b[DLPACK_REF_MAX_NDIM]
     cdef int64_t src_b[DLPACK_REF_MAX_NDIM]
     cdef int i
     if _size_of(src) == 0:
@@ -802,15 +801,27 @@ cdef int _host_copy(Array dst, Array src) except -1:
         return 0
     itemsize = bits // 8
     for i in range(src._ndim):
-        dst_b[i] = dlref_byte_stride(dst._strides[i], itemsize)
         src_b[i] = dlref_byte_stride(src._strides[i], itemsize)
-    cdef int threads
-    if _size_of(src) < _NOGIL_ELEMENTS:
-        dlref_strided_copy(dst._data, dst_b, src._data, src_b, src._shape, src._ndim, <size_t>itemsize, 1)
+    return _host_copy_from(dst, src._data, src_b)
+
+
+cdef int _host_copy_from(Array dst, const char* src, const int64_t* src_b) except -1:
+    """Copy host memory at src (dst's shape, byte strides src_b, whole
+    bytes per item) into dst: small copies with the GIL held, the rest
+    without it, shared out over the worker pool."""
+    cdef int64_t itemsize = dlpack_ref_storage_bits(dst._dtype, dst._flags) // 8
+    cdef int64_t dst_b[DLPACK_REF_MAX_NDIM]
+    cdef int i, threads
+    if _size_of(dst) == 0:
+        return 0
+    for i in range(dst._ndim):
+        dst_b[i] = dlref_byte_stride(dst._strides[i], itemsize)
+    if _size_of(dst) < _NOGIL_ELEMENTS:
+        dlref_strided_copy(dst._data, dst_b, src, src_b, dst._shape, dst._ndim, <size_t>itemsize, 1)
     else:
         threads = _pool_threads()
         with nogil:
-            dlref_strided_copy(dst._data, dst_b, src._data, src_b, src._shape, src._ndim, <size_t>itemsize, threads)
+            dlref_strided_copy(dst._data, dst_b, src, src_b, dst._shape, dst._ndim, <size_t>itemsize, threads)
     return 0
 
 

@@ -24,6 +24,8 @@ from hypothesis import strategies as st
 
 import dlpack_ref as dr
 
+core = dr._dlpack_ref
+
 from test_properties import arrays, property_settings
 
 KINDS = ["ndarray", "Array", "memoryview", "list", "scalar"]
@@ -219,7 +221,49 @@ def test_the_public_asarray_is_the_cores():
     assert type(dr.asarray).__name__ == "cython_function_or_method"
 
 
-# --- asarray(ndarray, copy=True) reads the array through the buffer protocol -------
+# --- asarray(ndarray, copy=True) reads the array's head, else its buffer -------
+
+HEAD_VIEWS = {
+    "dense": lambda x: x,
+    "reversed": lambda x: x[::-1, :, ::-1],
+    "transposed": lambda x: x.transpose(2, 0, 1),
+    "stepped": lambda x: x[:, ::2, 1::3],
+    "broadcast": lambda x: np.broadcast_to(x[:1], (4,) + x.shape[1:]),
+    "zero-d": lambda x: np.asarray(x[1, 2, 3]),
+    "empty": lambda x: x[:0],
+    "read-only": lambda x: np.frombuffer(x.tobytes(), x.dtype).reshape(x.shape),
+    "unaligned": lambda x: np.frombuffer(b"\0" + x.tobytes(), x.dtype, x.size, 1).reshape(x.shape),
+}
+
+
+@pytest.mark.parametrize("dtype", ["?", "b", "B", "h", "H", "i", "I", "l", "L", "q", "Q", "e", "f", "d", "F", "D"])
+@pytest.mark.parametrize("view", sorted(HEAD_VIEWS))
+def test_an_ndarray_copy_is_read_from_its_head(dtype, view):
+    """Every NumPy type the head is read for (C's int and long at the
+    platform's sizes), in every layout: the copy is np.array(x, copy=True),
+    in new C-contiguous memory, with the dtype the DLPack import gives."""
+    base = (np.arange(6 * 5 * 7) % 97).astype(dtype).reshape(6, 5, 7)
+    x = HEAD_VIEWS[view](base)
+    c = dr.asarray(x, copy=True)
+    assert core._numpy_head_read() == 1
+    expected = np.array(x, copy=True)
+    assert c.dtype == dr.from_dlpack(expected).dtype and c.shape == expected.shape
+    got = np.from_dlpack(c)
+    assert got.flags.c_contiguous and np.array_equal(got, expected)
+    if x.size:
+        assert not np.shares_memory(got, x)
+
+
+def test_an_ndarray_head_copy_splits_like_any_copy():
+    # Large enough for the worker pool: the same routine as Array.copy().
+    n = np.arange(3 << 18, dtype=np.float64).reshape(3, -1)[:, ::-1]
+    before = dr.get_num_threads()
+    dr.set_num_threads(2)
+    try:
+        assert np.array_equal(np.from_dlpack(dr.asarray(n, copy=True)), n)
+    finally:
+        dr.set_num_threads(before)
+
 
 def test_a_copied_ndarray_holds_no_buffer_export():
     n = np.arange(4.0)
