@@ -802,21 +802,21 @@ cdef int _host_copy(Array dst, Array src) except -1:
     itemsize = bits // 8
     for i in range(src._ndim):
         src_b[i] = dlref_byte_stride(src._strides[i], itemsize)
-    return _host_copy_from(dst, src._data, src_b)
+    return _host_copy_from(dst, src._data, src_b, itemsize)
 
 
-cdef int _host_copy_from(Array dst, const char* src, const int64_t* src_b) except -1:
-    """Copy host memory at src (dst's shape, byte strides src_b, whole
-    bytes per item) into dst: small copies with the GIL held, the rest
+cdef int _host_copy_from(Array dst, const char* src, const int64_t* src_b, int64_t itemsize) except -1:
+    """Copy host memory at src (dst's shape, byte strides src_b, itemsize
+    bytes an item) into dst: small copies with the GIL held, the rest
     without it, shared out over the worker pool."""
-    cdef int64_t itemsize = dlpack_ref_storage_bits(dst._dtype, dst._flags) // 8
     cdef int64_t dst_b[DLPACK_REF_MAX_NDIM]
+    cdef int64_t count = _size_of(dst)
     cdef int i, threads
-    if _size_of(dst) == 0:
+    if count == 0:
         return 0
     for i in range(dst._ndim):
         dst_b[i] = dlref_byte_stride(dst._strides[i], itemsize)
-    if _size_of(dst) < _NOGIL_ELEMENTS:
+    if count < _NOGIL_ELEMENTS:
         dlref_strided_copy(dst._data, dst_b, src, src_b, dst._shape, dst._ndim, <size_t>itemsize, 1)
     else:
         threads = _pool_threads()

@@ -186,9 +186,10 @@ cdef extern from *:
        NPY_CDOUBLE, NPY_HALF) as DLPack (code, bits); bits 0: not read here
        (long double, object, strings, datetimes, user types). C's int and
        long have the platform's sizes. */
-    static const unsigned char dlref_numpy_code[24] = {6, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 2, 2, 5, 5, 5,
+    #define DLREF_NUMPY_TYPE_NUMS 24
+    static const unsigned char dlref_numpy_code[DLREF_NUMPY_TYPE_NUMS] = {6, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 2, 2, 5, 5, 5,
                                                        0, 0, 0, 0, 0, 0, 2};
-    static const unsigned char dlref_numpy_bits[24] = {8, 8, 8, 16, 16, 8 * sizeof(int), 8 * sizeof(int),
+    static const unsigned char dlref_numpy_bits[DLREF_NUMPY_TYPE_NUMS] = {8, 8, 8, 16, 16, 8 * sizeof(int), 8 * sizeof(int),
                                                        8 * sizeof(long), 8 * sizeof(long), 64, 64, 32, 64, 0,
                                                        64, 128, 0, 0, 0, 0, 0, 0, 0, 16};
     """
@@ -201,6 +202,7 @@ cdef extern from *:
     dlref_ndarray_head* dlref_ndarray(object o)
     int dlref_descr_type_num(PyObject* d)
     char dlref_descr_byteorder(PyObject* d)
+    enum: DLREF_NUMPY_TYPE_NUMS
     const unsigned char* dlref_numpy_code
     const unsigned char* dlref_numpy_bits
 
@@ -265,7 +267,7 @@ cdef Array _ndarray_read_copy(object obj):
     if not _numpy_layout_checked(obj) or nd < 0 or nd > DLPACK_REF_MAX_NDIM:
         return None
     type_num = dlref_descr_type_num(head.descr)
-    if type_num < 0 or type_num >= 24 or dlref_numpy_bits[type_num] == 0:
+    if type_num < 0 or type_num >= DLREF_NUMPY_TYPE_NUMS or dlref_numpy_bits[type_num] == 0:
         return None
     if dlref_descr_byteorder(head.descr) != b"=" and dlref_descr_byteorder(head.descr) != b"|":
         return None
@@ -281,7 +283,7 @@ cdef Array _ndarray_read_copy(object obj):
     cpu.device_type = kDLCPU
     cpu.device_id = 0
     cdef Array a = _empty_dims(dims, nd, dt, cpu)
-    _host_copy_from(a, head.data, src_b)
+    _host_copy_from(a, head.data, src_b, itemsize)
     return a
 
 

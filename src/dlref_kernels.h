@@ -492,6 +492,10 @@ enum {
     DLREF_N_TYPES
 };
 
+/* Bytes an item of each type takes (float4_e2m1fn_x2: one byte, two values). */
+static const int8_t dlref_type_bytes[DLREF_N_TYPES] = {1, 1, 2, 4, 8, 1, 2, 4, 8, 4, 8, 2, 2, 8, 16,
+                                                       1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+
 /* The minifloat table, indexed by DLPack code - 7: exponent bits, mantissa
    bits, bias and special-value style. The Python side reads it through
    dlref_minifloat_params (dlpack_ref._format.MINIFLOATS).
@@ -818,19 +822,57 @@ typedef void (*dlref_run_fn)(char* d, int64_t ds, const char* s, int64_t ss, int
         }                                                                            \
     }
 
-#define DLREF_PAIRS_FROM(SN, ST) \
-    DLREF_PAIR(SN, ST, BOOL, uint8_t) DLREF_PAIR(SN, ST, I8, int8_t) DLREF_PAIR(SN, ST, I16, int16_t) \
-    DLREF_PAIR(SN, ST, I32, int32_t) DLREF_PAIR(SN, ST, I64, int64_t) DLREF_PAIR(SN, ST, U8, uint8_t) \
-    DLREF_PAIR(SN, ST, U16, uint16_t) DLREF_PAIR(SN, ST, U32, uint32_t) DLREF_PAIR(SN, ST, U64, uint64_t) \
-    DLREF_PAIR(SN, ST, F32, float) DLREF_PAIR(SN, ST, F64, double)
+/* M(SN, ST, DN, DT) for every native destination type, in type-id order. */
+#define DLREF_EACH_DEST(M, SN, ST) \
+    M(SN, ST, BOOL, uint8_t) M(SN, ST, I8, int8_t) M(SN, ST, I16, int16_t) M(SN, ST, I32, int32_t) \
+    M(SN, ST, I64, int64_t) M(SN, ST, U8, uint8_t) M(SN, ST, U16, uint16_t) M(SN, ST, U32, uint32_t) \
+    M(SN, ST, U64, uint64_t) M(SN, ST, F32, float) M(SN, ST, F64, double)
+
+#define DLREF_PAIRS_FROM(SN, ST) DLREF_EACH_DEST(DLREF_PAIR, SN, ST)
 DLREF_NATIVE_TYPES(DLREF_PAIRS_FROM)
 
-#define DLREF_ROW_ENTRY(SN, ST) { dlref_run_##SN##_BOOL, dlref_run_##SN##_I8, dlref_run_##SN##_I16, \
-    dlref_run_##SN##_I32, dlref_run_##SN##_I64, dlref_run_##SN##_U8, dlref_run_##SN##_U16, \
-    dlref_run_##SN##_U32, dlref_run_##SN##_U64, dlref_run_##SN##_F32, dlref_run_##SN##_F64 },
+#define DLREF_RUN_NAME(SN, ST, DN, DT) dlref_run_##SN##_##DN,
+#define DLREF_ROW_ENTRY(SN, ST) { DLREF_EACH_DEST(DLREF_RUN_NAME, SN, ST) },
 static const dlref_run_fn dlref_native_runs[DLREF_N_NATIVE][DLREF_N_NATIVE] = {
     DLREF_NATIVE_TYPES(DLREF_ROW_ENTRY)
 };
+
+/* What the CPU and the OS support beyond SSE2, probed once by cpuid (not
+   __builtin_cpu_supports: clang before 16 knows no "f16c" feature string).
+   AVX, F16C and AVX2 need YMM state saved (OSXSAVE, leaf 1 ecx bit 27, and
+   XCR0 bits 1-2): F16C is leaf 1 ecx bit 29 with AVX (bit 28); AVX2 is leaf
+   7 ebx bit 5; AVX-512 F, DQ, BW and VL are ebx bits 16, 17, 30 and 31, with
+   opmask and ZMM state saved too (XCR0 bits 5-7). Racing first calls under
+   free threading all write the same answer. */
+#define DLREF_ISA_F16C 1
+#define DLREF_ISA_AVX2 2
+#define DLREF_ISA_AVX512 4
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+#include <cpuid.h>
+static int dlref_cpu_isa(void) {
+    static int known = -1;
+    if (known < 0) {
+        unsigned a, b, c, d, lo = 0, hi = 0;
+        const unsigned avx512 = (1u << 16) | (1u << 17) | (1u << 30) | (1u << 31);
+        int isa = 0;
+        if (__get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 27)) && (c & (1u << 28))) {
+            __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+            if ((lo & 6u) == 6u) {
+                if (c & (1u << 29)) isa |= DLREF_ISA_F16C;
+                if (__get_cpuid_count(7, 0, &a, &b, &c, &d)) {
+                    if (b & (1u << 5)) isa |= DLREF_ISA_AVX2;
+                    if ((b & avx512) == avx512 && (lo & 0xE6u) == 0xE6u) isa |= DLREF_ISA_AVX512;
+                }
+            }
+        }
+        (void)hi;
+        known = isa;
+    }
+    return known;
+}
+#else
+static int dlref_cpu_isa(void) { return 0; }
+#endif
 
 /* The dense loop of every native pair again, compiled for AVX2 and for
    AVX-512 (the compiler vectorizes each) and chosen once by cpuid: the
@@ -839,66 +881,42 @@ static const dlref_run_fn dlref_native_runs[DLREF_N_NATIVE][DLREF_N_NATIVE] = {
    AVX-512). */
 typedef void (*dlref_dense_fn)(char* d, const char* s, int64_t n);
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
-#define DLREF_HAVE_WIDE_DENSE 1
-#define DLREF_EACH_DEST(M, ISA, TARGET, SN, ST) \
-    M(ISA, TARGET, SN, ST, BOOL, uint8_t) M(ISA, TARGET, SN, ST, I8, int8_t) M(ISA, TARGET, SN, ST, I16, int16_t) \
-    M(ISA, TARGET, SN, ST, I32, int32_t) M(ISA, TARGET, SN, ST, I64, int64_t) M(ISA, TARGET, SN, ST, U8, uint8_t) \
-    M(ISA, TARGET, SN, ST, U16, uint16_t) M(ISA, TARGET, SN, ST, U32, uint32_t) \
-    M(ISA, TARGET, SN, ST, U64, uint64_t) M(ISA, TARGET, SN, ST, F32, float) M(ISA, TARGET, SN, ST, F64, double)
 #define DLREF_DENSE_PAIR(ISA, TARGET, SN, ST, DN, DT)                                      \
     __attribute__((target(TARGET))) static void dlref_dense_##ISA##_##SN##_##DN(char* d, const char* s, int64_t n) { \
         DT* dp = (DT*)d; const ST* sp = (const ST*)s; int64_t i;                           \
         for (i = 0; i < n; ++i) dp[i] = DLREF_CONVERT_VALUE(SN, ST, DN, DT, sp[i]);        \
     }
-#define DLREF_DENSE_NAME(ISA, TARGET, SN, ST, DN, DT) dlref_dense_##ISA##_##SN##_##DN,
-#define DLREF_DENSE_AVX2(SN, ST) DLREF_EACH_DEST(DLREF_DENSE_PAIR, avx2, "avx2", SN, ST)
-#define DLREF_DENSE_AVX512(SN, ST) DLREF_EACH_DEST(DLREF_DENSE_PAIR, avx512, "avx512f,avx512bw,avx512dq,avx512vl", SN, ST)
+#define DLREF_DENSE_PAIR_AVX2(SN, ST, DN, DT) DLREF_DENSE_PAIR(avx2, "avx2", SN, ST, DN, DT)
+#define DLREF_DENSE_PAIR_AVX512(SN, ST, DN, DT) \
+    DLREF_DENSE_PAIR(avx512, "avx512f,avx512bw,avx512dq,avx512vl", SN, ST, DN, DT)
+#define DLREF_DENSE_AVX2(SN, ST) DLREF_EACH_DEST(DLREF_DENSE_PAIR_AVX2, SN, ST)
+#define DLREF_DENSE_AVX512(SN, ST) DLREF_EACH_DEST(DLREF_DENSE_PAIR_AVX512, SN, ST)
 DLREF_NATIVE_TYPES(DLREF_DENSE_AVX2)
 DLREF_NATIVE_TYPES(DLREF_DENSE_AVX512)
-#define DLREF_DENSE_ROW_AVX2(SN, ST) { DLREF_EACH_DEST(DLREF_DENSE_NAME, avx2, "", SN, ST) },
-#define DLREF_DENSE_ROW_AVX512(SN, ST) { DLREF_EACH_DEST(DLREF_DENSE_NAME, avx512, "", SN, ST) },
+#define DLREF_DENSE_NAME_AVX2(SN, ST, DN, DT) dlref_dense_avx2_##SN##_##DN,
+#define DLREF_DENSE_NAME_AVX512(SN, ST, DN, DT) dlref_dense_avx512_##SN##_##DN,
+#define DLREF_DENSE_ROW_AVX2(SN, ST) { DLREF_EACH_DEST(DLREF_DENSE_NAME_AVX2, SN, ST) },
+#define DLREF_DENSE_ROW_AVX512(SN, ST) { DLREF_EACH_DEST(DLREF_DENSE_NAME_AVX512, SN, ST) },
 static const dlref_dense_fn dlref_dense_avx2[DLREF_N_NATIVE][DLREF_N_NATIVE] = {
     DLREF_NATIVE_TYPES(DLREF_DENSE_ROW_AVX2)
 };
 static const dlref_dense_fn dlref_dense_avx512[DLREF_N_NATIVE][DLREF_N_NATIVE] = {
     DLREF_NATIVE_TYPES(DLREF_DENSE_ROW_AVX512)
 };
-#include <cpuid.h>
-/* The widest table the CPU and the OS support, NULL for SSE2 only: AVX2 is
-   leaf 7 ebx bit 5 with YMM state saved (XCR0 bits 1-2); AVX-512 F, BW, DQ
-   and VL are ebx bits 16, 30, 17 and 31 with opmask and ZMM state saved
-   too (XCR0 bits 5-7). Racing first calls under free threading all write
-   the same answer. */
 static int dlref_wide_dense = 1;   /* 0: the baseline loops (the core's _set_wide_dense, for tests) */
+/* The widest table the CPU and the OS support, NULL for SSE2 only. */
 static const dlref_dense_fn (*dlref_dense_runs(void))[DLREF_N_NATIVE] {
-    static int known = -1;
-    if (!dlref_wide_dense) return NULL;
-    if (known < 0) {
-        unsigned a, b, c, d, lo = 0, hi = 0;
-        const unsigned avx512 = (1u << 16) | (1u << 17) | (1u << 30) | (1u << 31);
-        int isa = 0;
-        if (__get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 27)) && (c & (1u << 28))) {
-            __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-            if ((lo & 6u) == 6u && __get_cpuid_count(7, 0, &a, &b, &c, &d)) {
-                if (b & (1u << 5)) isa = 1;
-                if ((b & avx512) == avx512 && (lo & 0xE6u) == 0xE6u) isa = 2;
-            }
-        }
-        (void)hi;
-        known = isa;
-    }
-    return known == 2 ? dlref_dense_avx512 : known == 1 ? dlref_dense_avx2 : NULL;
+    int isa = dlref_wide_dense ? dlref_cpu_isa() : 0;
+    return (isa & DLREF_ISA_AVX512) ? dlref_dense_avx512 : (isa & DLREF_ISA_AVX2) ? dlref_dense_avx2 : NULL;
 }
 #else
 static int dlref_wide_dense = 0;
 static const dlref_dense_fn (*dlref_dense_runs(void))[DLREF_N_NATIVE] { return NULL; }
 #endif
-static const int8_t dlref_native_bytes[DLREF_N_NATIVE] = {1, 1, 2, 4, 8, 1, 2, 4, 8, 4, 8};
 
 /* Bit-exact pairs with the small float types (no detour through double). */
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
 #include <immintrin.h>
-#include <cpuid.h>
 /* The F16C instruction rounds float32 to float16 exactly as the code below
    (to nearest even, overflow to inf), eight at a time; it quiets signaling
    NaNs, which the software path keeps (NumPy does either, by CPU). */
@@ -909,31 +927,13 @@ static int64_t dlref_f16c_run(uint16_t* d, const float* s, int64_t n) {
         _mm_storeu_si128((__m128i*)(d + i), _mm256_cvtps_ph(_mm256_loadu_ps(s + i), _MM_FROUND_TO_NEAREST_INT));
     return i;
 }
-/* By cpuid, not __builtin_cpu_supports: clang before 16 knows no "f16c"
-   feature string. F16C and AVX (ecx bits 29, 28) need the OS to save YMM
-   state (OSXSAVE, bit 27, and XCR0 bits 1-2). Racing first calls under free
-   threading all write the same answer. */
-static int dlref_has_f16c(void) {
-    static int known = -1;
-    if (known < 0) {
-        unsigned a, b, c, d, lo, hi;
-        int ok = 0;
-        if (__get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 27)) && (c & (1u << 28)) && (c & (1u << 29))) {
-            __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-            ok = (lo & 6u) == 6u;
-        }
-        known = ok;
-    }
-    return known;
-}
 #else
 static int64_t dlref_f16c_run(uint16_t* d, const float* s, int64_t n) { (void)d; (void)s; (void)n; return 0; }
-static int dlref_has_f16c(void) { return 0; }
 #endif
 
 static void dlref_run_F32_F16(char* d, int64_t ds, const char* s, int64_t ss, int64_t n) {
     int64_t i;
-    if (ds == 2 && ss == 4 && dlref_has_f16c()) {
+    if (ds == 2 && ss == 4 && (dlref_cpu_isa() & DLREF_ISA_F16C)) {
         int64_t done = dlref_f16c_run((uint16_t*)d, (const float*)s, n);
         d += 2 * done; s += 4 * done; n -= done;
     }
@@ -1130,7 +1130,7 @@ static int64_t dlref_convert_run(int dt, char* d, int64_t ds, int st, const char
     int complex_out = dlref_is_complex_tid(dt) || dt == DLREF_T_BOOL;
     if (st < DLREF_N_NATIVE && dt < DLREF_N_NATIVE) {
         const dlref_dense_fn (*dense)[DLREF_N_NATIVE];
-        if (ds == dlref_native_bytes[dt] && ss == dlref_native_bytes[st] && (dense = dlref_dense_runs()) != NULL)
+        if (ds == dlref_type_bytes[dt] && ss == dlref_type_bytes[st] && (dense = dlref_dense_runs()) != NULL)
             dense[st][dt](d, s, n);
         else
             dlref_native_runs[st][dt](d, ds, s, ss, n);
@@ -1216,8 +1216,6 @@ static void dlref_convert_part(void* job, int part, int parts) {
 static int64_t dlref_convert(char* dst, const int64_t* dst_strides, int dt, const char* src,
                              const int64_t* src_strides, int st, int src_bits, const int64_t* shape, int ndim,
                              int threads) {
-    static const int bytes[DLREF_N_TYPES] = {1, 1, 2, 4, 8, 1, 2, 4, 8, 4, 8, 2, 2, 8, 16,
-                                             1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
     int64_t sh[DLREF_MAX_NDIM], ds[DLREF_MAX_NDIM], ss[DLREF_MAX_NDIM];
     int64_t virt[DLREF_MAX_NDIM];
     int64_t stride = 1, count = 1;
@@ -1234,7 +1232,7 @@ static int64_t dlref_convert(char* dst, const int64_t* dst_strides, int dt, cons
     if (k == 0) { sh[0] = 1; ds[0] = 0; ss[0] = 0; k = 1; }
     if (src_bits >= 8) dlref_read_forward(k, sh, ds, ss, &dst, &src);
     for (d = 0; d < k; ++d) count *= sh[d];
-    parts = threads > 1 ? dlref_parts_for(count * (bytes[dt] + bytes[st]), threads) : 1;
+    parts = threads > 1 ? dlref_parts_for(count * (dlref_type_bytes[dt] + dlref_type_bytes[st]), threads) : 1;
     if (parts <= 1) return dlref_convert_coalesced(dst, ds, dt, src, ss, st, src_bits, sh, k, 0, 0);
     {
         dlref_split_job job;
@@ -1357,8 +1355,7 @@ typedef struct {
 } dlref_filler;
 
 static int64_t dlref_leaf_offset(const dlref_filler* f, int64_t leaf) {
-    static const int sizes[DLREF_N_NATIVE] = {1, 1, 2, 4, 8, 1, 2, 4, 8, 4, 8};
-    if (f->tid < DLREF_N_NATIVE) return leaf * sizes[f->tid];
+    if (f->tid < DLREF_N_NATIVE) return leaf * dlref_type_bytes[f->tid];
     if (f->tid == DLREF_T_F16 || f->tid == DLREF_T_BF16) return leaf * 2;
     if (f->tid == DLREF_T_C64) return leaf * 8;
     if (f->tid == DLREF_T_C128) return leaf * 16;
