@@ -643,13 +643,18 @@ static inline int dlpack_ref_take(PyObject* capsule, DLPackRefTensor* out) {
     return dlpack_ref_adopt(managed, versioned, out);
 }
 
-/* Whether a class of tp's MRO defines `__dlpack__` before (below) the one
- * that publishes `__dlpack_c_exchange_api__`: 1 or 0, -1 with an error. */
-static inline int dlpack_ref_priv_dunder_overridden(PyObject* tp) {
+/* Walks tp.__mro__ to the first class whose __dict__ defines
+ * `__dlpack_c_exchange_api__`: *held receives that __dict__ value (a new
+ * reference; NULL when no class defines it, or when a class before it
+ * defines `__dlpack__`). Returns 1 when a class before (below) it defines
+ * `__dlpack__` (an override, which wins over the table), 0 when none does,
+ * -1 with an error. */
+static inline int dlpack_ref_priv_api_class_attr(PyObject* tp, PyObject** held) {
     PyObject *mro, *it, *cls;
     PyObject* api_key = PyUnicode_FromString("__dlpack_c_exchange_api__");
     PyObject* dunder_key = PyUnicode_FromString("__dlpack__");
     int result = 0;
+    *held = NULL;
     if (api_key == NULL || dunder_key == NULL) { result = -1; goto done; }
     mro = PyObject_GetAttrString(tp, "__mro__");
     if (mro == NULL) {
@@ -671,6 +676,7 @@ static inline int dlpack_ref_priv_dunder_overridden(PyObject* tp) {
         if (ns == Py_None) { Py_DECREF(ns); continue; }
         has_api = PySequence_Contains(ns, api_key);
         if (has_api == 0) has_dunder = PySequence_Contains(ns, dunder_key);
+        if (has_api > 0 && (*held = PyObject_GetItem(ns, api_key)) == NULL) has_api = -1;
         Py_DECREF(ns);
         if (has_api < 0 || has_dunder < 0) { result = -1; break; }
         if (has_api) break;
@@ -678,6 +684,7 @@ static inline int dlpack_ref_priv_dunder_overridden(PyObject* tp) {
     }
     Py_DECREF(it);
     if (result == 0 && PyErr_Occurred()) result = -1;
+    if (result != 0) Py_CLEAR(*held);
 done:
     Py_XDECREF(api_key);
     Py_XDECREF(dunder_key);
@@ -687,39 +694,73 @@ done:
 /* The DLPack 1.x exchange table a type publishes as
  * `__dlpack_c_exchange_api__` (following `prev_api` from another major
  * version, at most DLPACK_REF_MAX_API_CHAIN links: a longer chain is taken as
- * a cycle), or NULL when it has none usable. Any Exception reading the
- * attribute also means "none" (cleared): the caller falls back to
- * `__dlpack__`; NULL with an error set only for a BaseException such as
- * KeyboardInterrupt. The table stands in for `__dlpack__`, so it is not used
- * when a class below the one that publishes it in `tp.__mro__` defines
- * `__dlpack__`: a subclass that overrides `__dlpack__` gets its override
- * called. Not cached: callers on a hot path keep the result per type. */
-static inline const DLPackExchangeAPI* dlpack_ref_exchange_api(PyObject* tp) {
+ * a cycle), or NULL when it has none usable. *owner receives a new
+ * reference to the capsule the table was read from (NULL when there is no
+ * table): the table lives at least as long as that capsule, and the
+ * attribute may be a descriptor that hands out a new capsule, owning a new
+ * table, on every access, so the caller keeps *owner for as long as it uses
+ * the table, and releases it then. *type_holds (may be NULL) says whether
+ * that capsule is the type's own attribute value, kept by the type until
+ * the type changes. Any Exception reading the attribute also means "none"
+ * (cleared): the caller falls back to `__dlpack__`; NULL with an error set
+ * only for a BaseException such as KeyboardInterrupt. The table stands in
+ * for `__dlpack__`, so it is not used when a class below the one that
+ * publishes it in `tp.__mro__` defines `__dlpack__`: a subclass that
+ * overrides `__dlpack__` gets its override called. Not cached: callers on a
+ * hot path keep the result per type. */
+static inline const DLPackExchangeAPI* dlpack_ref_priv_exchange_api(PyObject* tp, PyObject** owner,
+                                                                     int* type_holds) {
     const DLPackExchangeAPIHeader* header;
     int links = 0, overridden;
-    PyObject* cap = PyObject_GetAttrString(tp, "__dlpack_c_exchange_api__");
+    PyObject *cap, *held = NULL;
+    *owner = NULL;
+    if (type_holds != NULL) *type_holds = 0;
+    cap = PyObject_GetAttrString(tp, "__dlpack_c_exchange_api__");
     if (cap == NULL) goto failed;
-    overridden = dlpack_ref_priv_dunder_overridden(tp);
+    overridden = dlpack_ref_priv_api_class_attr(tp, &held);
     if (overridden != 0) {
         Py_DECREF(cap);
         if (overridden < 0) goto failed;
         return NULL;
     }
+    if (type_holds != NULL) *type_holds = held == cap;
+    Py_XDECREF(held);   /* only compared: `cap` is the reference kept */
     if (!PyCapsule_IsValid(cap, DLPACK_REF_CAPSULE_EXCHANGE_API)) { Py_DECREF(cap); return NULL; }
-    /* The table is static data of its library; the type keeps the capsule,
-       and the library, alive. */
     header = (const DLPackExchangeAPIHeader*)PyCapsule_GetPointer(cap, DLPACK_REF_CAPSULE_EXCHANGE_API);
-    Py_DECREF(cap);
     while (header != NULL && header->version.major != DLPACK_MAJOR_VERSION) {
-        if (++links > DLPACK_REF_MAX_API_CHAIN) return NULL;
+        if (++links > DLPACK_REF_MAX_API_CHAIN) { header = NULL; break; }
         header = header->prev_api;
     }
-    if (header == NULL || ((const DLPackExchangeAPI*)header)->managed_tensor_from_py_object_no_sync == NULL)
+    if (header == NULL || ((const DLPackExchangeAPI*)header)->managed_tensor_from_py_object_no_sync == NULL) {
+        Py_DECREF(cap);
         return NULL;
+    }
+    *owner = cap;
     return (const DLPackExchangeAPI*)header;
 failed:
     if (PyErr_ExceptionMatches(PyExc_Exception)) PyErr_Clear();
     return NULL;
+}
+
+/* The exchange table of type `tp` and, in *owner, a new reference to the
+ * capsule that keeps it alive (dlpack_ref_priv_exchange_api says when there
+ * is one): release *owner once the table is no longer used. */
+static inline const DLPackExchangeAPI* dlpack_ref_exchange_api_ref(PyObject* tp, PyObject** owner) {
+    return dlpack_ref_priv_exchange_api(tp, owner, NULL);
+}
+
+/* Deprecated: dlpack_ref_exchange_api_ref, which keeps the table's capsule
+ * alive for as long as the caller uses it. This one returns a borrowed
+ * table only when the type itself holds its capsule (a class attribute;
+ * valid while the type is unchanged) and NULL ("none": call `__dlpack__`)
+ * for a table a descriptor hands out in a new capsule, which nobody would
+ * keep alive. */
+static inline const DLPackExchangeAPI* dlpack_ref_exchange_api(PyObject* tp) {
+    PyObject* owner;
+    int type_holds;
+    const DLPackExchangeAPI* api = dlpack_ref_priv_exchange_api(tp, &owner, &type_holds);
+    Py_XDECREF(owner);
+    return type_holds ? api : NULL;
 }
 
 /* --- fast calls: interned names, memoized method and table lookups ---------
@@ -870,26 +911,33 @@ typedef struct dlpack_ref_api_memo {
     const DLPackExchangeAPI* api;
 } dlpack_ref_api_memo;
 
-/* dlpack_ref_exchange_api(tp), kept in `memo` while tp and its metaclass are
- * unchanged (memoized only where the metaclass reads attributes as `type`
- * does). */
-static inline const DLPackExchangeAPI* dlpack_ref_exchange_api_memo(dlpack_ref_api_memo* memo, PyTypeObject* tp) {
+/* dlpack_ref_exchange_api_ref(tp, owner), kept in `memo` while tp and its
+ * metaclass are unchanged. Memoized only where the metaclass reads
+ * attributes as `type` does, and a table only when the type itself holds
+ * its capsule: a memoized table comes with *owner NULL (the type keeps it
+ * alive until it changes, which renews its tag); any other comes with a new
+ * reference in *owner, as from dlpack_ref_exchange_api_ref. */
+static inline const DLPackExchangeAPI* dlpack_ref_exchange_api_memo_ref(dlpack_ref_api_memo* memo, PyTypeObject* tp,
+                                                                       PyObject** owner) {
 #ifdef DLPACK_REF_TYPE_MEMO
     const dlpack_ref_names* names;
     PyTypeObject* meta = Py_TYPE(tp);
     const DLPackExchangeAPI* api;
     unsigned int tag, meta_tag;
+    int type_holds;
+    *owner = NULL;
     if (tp == memo->type && memo->tag != 0 && tp->tp_version_tag == memo->tag && meta->tp_version_tag == memo->meta_tag)
         return memo->api;
     if (meta->tp_getattro != PyType_Type.tp_getattro || (names = dlpack_ref_protocol_names()) == NULL)
-        return dlpack_ref_exchange_api((PyObject*)tp);
+        return dlpack_ref_exchange_api_ref((PyObject*)tp, owner);
     (void)_PyType_Lookup(tp, names->exchange_api);     /* borrowed; assigns the version tags */
     (void)_PyType_Lookup(meta, names->exchange_api);
     tag = tp->tp_version_tag;
     meta_tag = meta->tp_version_tag;
-    api = dlpack_ref_exchange_api((PyObject*)tp);
+    api = dlpack_ref_priv_exchange_api((PyObject*)tp, owner, &type_holds);
     if (api == NULL && PyErr_Occurred()) return NULL;
-    if (tag != 0 && meta_tag != 0 && tp->tp_version_tag == tag && meta->tp_version_tag == meta_tag) {
+    if ((api == NULL || type_holds) && tag != 0 && meta_tag != 0 && tp->tp_version_tag == tag
+            && meta->tp_version_tag == meta_tag) {
         PyTypeObject* old = memo->type;
         Py_INCREF(tp);
         memo->type = tp;
@@ -897,12 +945,24 @@ static inline const DLPackExchangeAPI* dlpack_ref_exchange_api_memo(dlpack_ref_a
         memo->meta_tag = meta_tag;
         memo->api = api;
         Py_XDECREF(old);
+        Py_CLEAR(*owner);   /* the type holds it */
     }
     return api;
 #else
     (void)memo;
-    return dlpack_ref_exchange_api((PyObject*)tp);
+    return dlpack_ref_exchange_api_ref((PyObject*)tp, owner);
 #endif
+}
+
+/* Deprecated: dlpack_ref_exchange_api_memo_ref. This one returns only a
+ * table whose capsule the type itself holds (as dlpack_ref_exchange_api
+ * does), borrowed. */
+static inline const DLPackExchangeAPI* dlpack_ref_exchange_api_memo(dlpack_ref_api_memo* memo, PyTypeObject* tp) {
+    PyObject* owner;
+    const DLPackExchangeAPI* api = dlpack_ref_exchange_api_memo_ref(memo, tp, &owner);
+    if (owner == NULL) return api;
+    Py_DECREF(owner);
+    return NULL;
 }
 
 /* --- calls into another library's exchange table ------------------------------
@@ -971,64 +1031,6 @@ static inline PyObject* dlpack_ref_table_error(PyObject* tp, const char* functio
     if (error != NULL && cause != NULL) PyException_SetCause(error, cause);   /* steals cause */
     else Py_XDECREF(cause);
     return error;
-}
-
-/* A TypeError naming what from_dlpack accepts (returns -1). */
-static inline int dlpack_ref_priv_not_producer(PyObject* obj) {
-    PyObject* tn = dlpack_ref_priv_type_name(obj);
-    if (tn != NULL) {
-        PyErr_Format(PyExc_TypeError, "expected a DLPack producer or capsule, not %U", tn);
-        Py_DECREF(tn);
-    }
-    return -1;
-}
-
-/* Take the tensor of any DLPack producer or capsule, zero-copy, with no
- * synchronization asked for (CPU data, or data whose stream ordering the
- * caller handles). The exchange table of obj's type is used when it has one,
- * else `obj.__dlpack__(max_version=(1, 3))` (`obj.__dlpack__()` for
- * producers older than 1.0, which raise TypeError). */
-static inline int dlpack_ref_import(PyObject* obj, DLPackRefTensor* out) {
-    const DLPackExchangeAPI* api;
-    DLManagedTensorVersioned* m = NULL;
-    PyObject *capsule, *method, *kwargs, *version, *empty;
-    int r;
-    if (PyCapsule_CheckExact(obj)) return dlpack_ref_take(obj, out);
-    api = dlpack_ref_exchange_api((PyObject*)Py_TYPE(obj));
-    if (api == NULL && PyErr_Occurred()) return -1;
-    if (api != NULL) {
-        int status = dlpack_ref_api_table_from_py(api, obj, &m);
-        if (!dlpack_ref_table_failed(status) && m != NULL) return dlpack_ref_adopt(m, 1, out);
-        /* The table stands in for __dlpack__, so any failure of it asks
-           __dlpack__, whose answer (or refusal) is the one the caller gets. */
-        PyErr_Clear();
-        if (m != NULL && m->deleter != NULL) m->deleter(m);   /* handed with a failure: not trusted, ours to free */
-    }
-    method = PyObject_GetAttrString(obj, "__dlpack__");
-    if (method == NULL) {
-        if (PyErr_ExceptionMatches(PyExc_AttributeError)) {
-            PyErr_Clear();
-            return dlpack_ref_priv_not_producer(obj);
-        }
-        return -1;
-    }
-    version = Py_BuildValue("(ii)", DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION);
-    kwargs = version == NULL ? NULL : Py_BuildValue("{sO}", "max_version", version);
-    Py_XDECREF(version);
-    empty = kwargs == NULL ? NULL : PyTuple_New(0);
-    capsule = empty == NULL ? NULL : PyObject_Call(method, empty, kwargs);
-    Py_XDECREF(empty);
-    Py_XDECREF(kwargs);
-    if (capsule == NULL && PyErr_ExceptionMatches(PyExc_TypeError)) {
-        /* A producer older than DLPack 1.0 rejects max_version. */
-        PyErr_Clear();
-        capsule = PyObject_CallNoArgs(method);
-    }
-    Py_DECREF(method);
-    if (capsule == NULL) return -1;
-    r = dlpack_ref_take(capsule, out);
-    Py_DECREF(capsule);
-    return r;
 }
 
 /* --- devices and arguments of the producer protocol ------------------------- */
@@ -2041,6 +2043,24 @@ static inline int dlpack_ref_consumer_plain(PyObject* x, const DLPackExchangeAPI
     return dlpack_ref_priv_take_plain(x, out) < 0 ? -1 : 0;
 }
 
+/* Take the tensor of any DLPack producer or capsule, zero-copy, with no
+ * synchronization asked for (CPU data, or data whose stream ordering the
+ * caller handles): a capsule is taken as it is; a producer gives the plain
+ * request's tensor (dlpack_ref_consumer_plain: its type's exchange table,
+ * kept alive while it is used, else `obj.__dlpack__(max_version=(1, 3))`
+ * with the legacy retry and the __dlpack_device__ check). */
+static inline int dlpack_ref_import(PyObject* obj, DLPackRefTensor* out) {
+    PyObject* owner;
+    const DLPackExchangeAPI* api;
+    int r;
+    if (PyCapsule_CheckExact(obj)) return dlpack_ref_take(obj, out);
+    api = dlpack_ref_exchange_api_ref((PyObject*)Py_TYPE(obj), &owner);
+    if (api == NULL && PyErr_Occurred()) return -1;
+    r = dlpack_ref_consumer_plain(obj, api, out);
+    Py_XDECREF(owner);
+    return r < 0 ? -1 : 0;
+}
+
 /* The device a producer (not a capsule) announces, for a request that asks
  * for a device, a copy or a stream: TypeError when x has no __dlpack__, then
  * x.__dlpack_device__(), checked. Asked before __dlpack__, whose stream and
@@ -2142,9 +2162,12 @@ static inline int dlpack_ref_consumer_take(PyObject* x, PyObject* device, PyObje
         if (!have_target) *target = out->dl_tensor->device;
     } else if (!have_target && copy == Py_None && (stream == NULL || stream == Py_None)) {
         /* Nothing asked: the table, else __dlpack__; no copy can be needed. */
-        const DLPackExchangeAPI* api = dlpack_ref_exchange_api_memo(&dlpack_ref_priv_api_memo, Py_TYPE(x));
+        PyObject* owner;
+        const DLPackExchangeAPI* api = dlpack_ref_exchange_api_memo_ref(&dlpack_ref_priv_api_memo, Py_TYPE(x), &owner);
         if (api == NULL && PyErr_Occurred()) return -1;
-        if (dlpack_ref_consumer_plain(x, api, out) < 0) return -1;
+        r = dlpack_ref_consumer_plain(x, api, out);
+        Py_XDECREF(owner);
+        if (r < 0) return -1;
         *target = out->dl_tensor->device;
         return 0;
     } else {
@@ -2174,7 +2197,13 @@ static inline const DLPackExchangeAPI* dlpack_ref_priv_array_api(void) {
     array_type = PyObject_GetAttrString(module, "Array");
     Py_DECREF(module);
     if (array_type == NULL) return NULL;
-    api = dlpack_ref_exchange_api(array_type);
+    {
+        /* dlpack-ref's table is static data of its extension module, which
+           is never unloaded: no capsule needs to be kept. */
+        PyObject* owner;
+        api = dlpack_ref_exchange_api_ref(array_type, &owner);
+        Py_XDECREF(owner);
+    }
     Py_DECREF(array_type);
     if (api == NULL && !PyErr_Occurred())
         PyErr_SetString(PyExc_ImportError, "dlpack_ref.Array publishes no usable DLPack exchange API");

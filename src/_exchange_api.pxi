@@ -88,7 +88,8 @@ PyType_Modified(<_TypeObjectWithDict*>Array)
 
 # --- consumer side ---------------------------------------------------------
 
-# type -> (capsule kept alive, address of a usable table or 0). Entries are
+# type -> (the capsule its table was read from, kept alive, and the table's
+# address, or (None, 0)). Entries are
 # written once per type; dict reads and writes are atomic, also without the GIL.
 cdef dict _exchange_api_by_type = {}
 
@@ -115,8 +116,10 @@ cdef void* _exchange_api_of(object tp) except? NULL:
         return _last_api
     entry = _exchange_api_by_type.get(tp)
     if entry is None:
-        entry = _lookup_exchange_api(tp)
-        _exchange_api_by_type[tp] = entry
+        # The first entry written wins (setdefault is atomic without the GIL
+        # too): the capsule another thread's table pointer came from is
+        # never dropped from under it.
+        entry = _exchange_api_by_type.setdefault(tp, _lookup_exchange_api(tp))
     cdef void* api = <void*><uintptr_t>(<tuple>entry)[1]
     if DLREF_GIL_BUILD:
         _last_api_type = <PyObject*>tp
@@ -125,11 +128,15 @@ cdef void* _exchange_api_of(object tp) except? NULL:
 
 
 cdef tuple _lookup_exchange_api(object tp):
-    try:
-        cap = getattr(tp, "__dlpack_c_exchange_api__", None)
-    except Exception:
-        cap = None
-    return (cap, <uintptr_t>dlpack_ref_exchange_api(tp))
+    """(the capsule the table was read from, its address or 0): the one
+    capsule whose table is used, kept for as long as the entry."""
+    cdef PyObject* owner = NULL
+    cdef const DLPackExchangeAPI* api = dlpack_ref_exchange_api_ref(tp, &owner)
+    if owner == NULL:
+        return (None, <uintptr_t>api)
+    cap = <object>owner
+    Py_DECREF(cap)   # the reference dlpack_ref_exchange_api_ref gave; `cap` holds its own
+    return (cap, <uintptr_t>api)
 
 
 def exchange_api_version(tp):

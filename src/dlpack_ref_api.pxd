@@ -103,6 +103,11 @@ cdef extern from "dlpack_ref.h":
     int dlpack_ref_adopt(void* managed, bint versioned, DLPackRefTensor* out) except -1
     void* dlpack_ref_claim(object capsule, bint* versioned) except NULL
     int dlpack_ref_take(object capsule, DLPackRefTensor* out) except -1
+    # the exchange table of type tp and, in owner, a new reference to the
+    # capsule keeping it alive (NULL when none): released once the table is
+    # no longer used. The second form (deprecated) returns only a table the
+    # type itself holds, borrowed.
+    const DLPackExchangeAPI* dlpack_ref_exchange_api_ref(object tp, PyObject** owner) except? NULL
     const DLPackExchangeAPI* dlpack_ref_exchange_api(object tp) except? NULL
 
     # fast calls: memoized per-type lookups (GIL builds of CPython 3.11 to
@@ -120,6 +125,8 @@ cdef extern from "dlpack_ref.h":
     PyObject* dlpack_ref_call_method_or_null "dlpack_ref_call_method"(
         dlpack_ref_method_memo* memo, object name, PyObject** args, size_t nargs, PyObject* kwnames)
     bint dlpack_ref_device_answer_is(object answer, DLDevice device)
+    const DLPackExchangeAPI* dlpack_ref_exchange_api_memo_ref(dlpack_ref_api_memo* memo, PyTypeObject* tp,
+                                                             PyObject** owner) except? NULL
     const DLPackExchangeAPI* dlpack_ref_exchange_api_memo(dlpack_ref_api_memo* memo, PyTypeObject* tp) except? NULL
 
     # calls into another library's exchange table: the status as a plain

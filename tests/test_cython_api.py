@@ -146,7 +146,7 @@ def test_view_borrows_an_arrays_tensor(ext):
 
 
 def test_import_refuses_what_is_not_dlpack(ext):
-    with pytest.raises(TypeError, match="expected a DLPack producer or capsule, not list"):
+    with pytest.raises(TypeError, match="expects an object with __dlpack__ and __dlpack_device__ or a DLPack capsule, not list"):
         ext.describe([1, 2])
     with pytest.raises(TypeError, match="expected a DLPack capsule, not int"):
         ext.take(3)

@@ -343,6 +343,52 @@ def test_torch_table_errors_come_out_as_dunder_dlpack_gives_them(make):
     assert str(ours.value) == str(dunder.value)
 
 
+@pytest.fixture(scope="module")
+def fresh_table_libs(tmp_path_factory):
+    """Paths of the compiled hostile table (with its fresh-table maker) and
+    of the Cython API demo (the header's import and consumer calls)."""
+    from support import hostile_table
+    from support.build_ext import build_api_demo
+    folder = tmp_path_factory.mktemp("fresh_table")
+    return hostile_table.build(folder)._name, build_api_demo(folder).__file__
+
+
+FRESH_TABLE_CHILD = """
+import importlib.util
+from support import hostile_table
+lib = ctypes.PyDLL({lib!r})
+spec = importlib.util.spec_from_file_location("api_demo", {demo!r})
+demo = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(demo)
+source = np.arange(4.0)
+P = hostile_table.fresh_table_type(lib, source)
+"""
+
+
+def test_a_table_whose_capsule_is_made_afresh_on_each_access_is_kept_alive_while_used(fresh_table_libs):
+    # A descriptor hands out a new capsule, owning a new table, each time the
+    # attribute is read; its destructor poisons the table. Reading the
+    # attribute twice and using the table of a capsule nobody kept crashed.
+    lib, demo = fresh_table_libs
+    assert_child_ok(FRESH_TABLE_CHILD.format(lib=lib, demo=demo) + textwrap.dedent("""
+        for _ in range(3):                          # the core: its per-type entry keeps one capsule
+            a = dr.from_dlpack(P())
+            assert a.tolist() == [0.0, 1.0, 2.0, 3.0] and a.data_ptr == source.ctypes.data
+        made, released, exports = hostile_table.fresh_counts(lib)
+        assert exports == 3, exports                # through the table, every time
+        assert dr.exchange_api_version(P) == (1, 3)
+        for call in (demo.describe, lambda x: demo.consume(x)[0]):   # the header's two table paths
+            before = hostile_table.fresh_counts(lib)
+            for _ in range(3):
+                d = call(P())
+                assert d[0] == source.ctypes.data and d[1] == (4,), d
+            made, released, exports = hostile_table.fresh_counts(lib)
+            assert exports - before[2] == 3, (before, exports)
+            assert made - before[0] == released - before[1] == 3   # each capsule held while used, then freed
+        assert demo.consume(P(), copy=True)[2] is False            # numpy copied as asked
+    """))
+
+
 # --- lying producers -------------------------------------------------------------
 
 class Liar:

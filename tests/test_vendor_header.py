@@ -36,7 +36,8 @@ any_fn dlref_probe_table[] = {
     (any_fn)dlpack_ref_api_versioned_block, (any_fn)dlpack_ref_api_new_versioned,
     (any_fn)dlpack_ref_api_new_legacy, (any_fn)dlpack_ref_export_versioned, (any_fn)dlpack_ref_export_legacy,
     (any_fn)dlpack_ref_release, (any_fn)dlpack_ref_adopt, (any_fn)dlpack_ref_claim, (any_fn)dlpack_ref_take,
-    (any_fn)dlpack_ref_exchange_api, (any_fn)dlpack_ref_import, (any_fn)dlpack_ref_to_array,
+    (any_fn)dlpack_ref_exchange_api, (any_fn)dlpack_ref_exchange_api_ref, (any_fn)dlpack_ref_exchange_api_memo,
+    (any_fn)dlpack_ref_exchange_api_memo_ref, (any_fn)dlpack_ref_import, (any_fn)dlpack_ref_to_array,
     (any_fn)dlpack_ref_view,
 };
 """

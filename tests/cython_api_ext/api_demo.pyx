@@ -4,10 +4,10 @@ that vendors or depends on dlpack-ref would use it), for tests/test_cython_api.p
 
 from libc.stdint cimport int64_t
 from libc.stdlib cimport malloc, free
-from dlpack cimport DLTensor, kDLCPU, kDLFloat, DLPACK_FLAG_BITMASK_READ_ONLY
+from dlpack cimport DLDevice, DLTensor, kDLCPU, kDLFloat, DLPACK_FLAG_BITMASK_READ_ONLY
 from dlpack_ref_api cimport (
-    DLPackRefTensor, dlpack_ref_export_legacy, dlpack_ref_export_versioned, dlpack_ref_import,
-    dlpack_ref_release, dlpack_ref_take, dlpack_ref_to_array, dlpack_ref_view,
+    DLPackRefTensor, dlpack_ref_consumer_take, dlpack_ref_export_legacy, dlpack_ref_export_versioned,
+    dlpack_ref_import, dlpack_ref_release, dlpack_ref_take, dlpack_ref_to_array, dlpack_ref_view,
 )
 
 freed = 0
@@ -80,6 +80,20 @@ def describe(obj):
     dlpack_ref_import(obj, &t)
     try:
         return _describe(&t)
+    finally:
+        dlpack_ref_release(&t)
+
+
+def consume(x, device=None, copy=None):
+    """from_dlpack(x, device=device, copy=copy) up to the tensor, through the
+    header's consumer: [describe's list, (target device), must_copy]; the
+    tensor is released."""
+    cdef DLPackRefTensor t
+    cdef DLDevice target
+    cdef int must_copy = 0
+    dlpack_ref_consumer_take(x, device, copy, None, &t, &target, &must_copy)
+    try:
+        return [_describe(&t), (<int>target.device_type, target.device_id), bool(must_copy)]
     finally:
         dlpack_ref_release(&t)
 

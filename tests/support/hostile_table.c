@@ -69,3 +69,65 @@ int hostile_allocator(DLTensor* prototype, DLManagedTensorVersioned** out, void*
     if (SetError != NULL) SetError(error_ctx, "BufferError", "hostile allocator");
     return -1;
 }
+
+/* --- a table made afresh in its own capsule on every access ---------------
+   What a descriptor on a type may hand out for __dlpack_c_exchange_api__: a
+   new capsule owning a new table, freed by the capsule's destructor. The
+   destructor poisons the table (0xFF bytes) instead of freeing it, so that a
+   consumer still using a table whose capsule it let go follows a poisoned
+   prev_api or function pointer into a crash, every time. */
+static long fresh_made, fresh_released, fresh_exports;
+
+/* obj.__dlpack__(max_version=(1, 3)), claimed: the tensor of a versioned capsule. */
+static int fresh_from_py(void* obj, DLManagedTensorVersioned** out) {
+    PyObject *capsule, *method = PyObject_GetAttrString((PyObject*)obj, "__dlpack__");
+    PyObject *args = PyTuple_New(0), *kwargs = Py_BuildValue("{s(ii)}", "max_version", 1, 3);
+    void* tensor = NULL;
+    *out = NULL;
+    capsule = method && args && kwargs ? PyObject_Call(method, args, kwargs) : NULL;
+    Py_XDECREF(method);
+    Py_XDECREF(args);
+    Py_XDECREF(kwargs);
+    if (capsule == NULL) return -1;
+    tensor = PyCapsule_GetPointer(capsule, "dltensor_versioned");
+    if (tensor != NULL) PyCapsule_SetName(capsule, "used_dltensor_versioned");
+    Py_DECREF(capsule);
+    if (tensor == NULL) return -1;
+    *out = (DLManagedTensorVersioned*)tensor;
+    ++fresh_exports;
+    return 0;
+}
+
+static int fresh_stream(DLDeviceType device_type, int32_t device_id, void** out) {
+    (void)device_type; (void)device_id;
+    *out = NULL;
+    return 0;
+}
+
+static void fresh_destroy(PyObject* capsule) {
+    void* table = PyCapsule_GetPointer(capsule, "dlpack_exchange_api");
+    if (table != NULL) memset(table, 0xFF, sizeof(DLPackExchangeAPI));
+    ++fresh_released;
+}
+
+PyObject* hostile_fresh_table(void) {
+    DLPackExchangeAPI* api = (DLPackExchangeAPI*)calloc(1, sizeof(DLPackExchangeAPI));
+    PyObject* capsule;
+    if (api == NULL) return PyErr_NoMemory();
+    api->header.version.major = 1;
+    api->header.version.minor = 3;
+    api->managed_tensor_allocator = hostile_allocator;
+    api->managed_tensor_from_py_object_no_sync = fresh_from_py;
+    api->managed_tensor_to_py_object_no_sync = hostile_to_py;
+    api->dltensor_from_py_object_no_sync = hostile_view;
+    api->current_work_stream = fresh_stream;
+    capsule = PyCapsule_New(api, "dlpack_exchange_api", fresh_destroy);
+    if (capsule == NULL) { free(api); return NULL; }
+    ++fresh_made;
+    return capsule;
+}
+
+/* (capsules made, capsules released, tensors exported through a fresh table) */
+PyObject* hostile_fresh_counts(void) {
+    return Py_BuildValue("(lll)", fresh_made, fresh_released, fresh_exports);
+}

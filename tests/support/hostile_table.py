@@ -58,3 +58,32 @@ def publishing_type(api: DLPackExchangeAPI, dunder, device=(1, 0), name="Hostile
     cap = _PyCapsule_New(ctypes.addressof(api), NAME_EXCHANGE_API, None)
     return type(name, (), {"__dlpack_c_exchange_api__": cap, "_table": api, "__dlpack__": dunder,
                            "__dlpack_device__": lambda self: device})
+
+
+class FreshTable:
+    """A descriptor handing out a new capsule, owning a new table, on every
+    access of ``__dlpack_c_exchange_api__`` (hostile_table.c's
+    hostile_fresh_table; its destructor poisons the table)."""
+
+    def __init__(self, lib: ctypes.PyDLL):
+        self.make = lib.hostile_fresh_table
+        self.make.restype = ctypes.py_object
+        self.make.argtypes = []
+
+    def __get__(self, obj, owner=None):
+        return self.make()
+
+
+def fresh_counts(lib: ctypes.PyDLL) -> tuple[int, int, int]:
+    """(capsules made, capsules released, tensors exported through them)."""
+    lib.hostile_fresh_counts.restype = ctypes.py_object
+    return lib.hostile_fresh_counts()
+
+
+def fresh_table_type(lib: ctypes.PyDLL, source, device=(1, 0)):
+    """A producer type whose ``__dlpack_c_exchange_api__`` is a FreshTable
+    and whose ``__dlpack__`` / table export ``source`` (a NumPy array)."""
+    return type("FreshProducer", (), {
+        "__dlpack_c_exchange_api__": FreshTable(lib),
+        "__dlpack__": lambda self, **kw: source.__dlpack__(**kw),
+        "__dlpack_device__": lambda self: device})
