@@ -2072,6 +2072,52 @@ static inline int dlpack_ref_consumer_source(PyObject* x, DLDevice* source) {
     return dlpack_ref_announced_device(x, source);
 }
 
+/* dlpack_ref_consumer_source, where a failure is not the end: when
+ * x.__dlpack_device__() fails or gives an unusable answer (any Exception)
+ * and `api`, the exchange table of x's type (NULL: none; looked up
+ * beforehand, since nothing may run while the device's error is pending),
+ * gives x's tensor, that
+ * tensor is taken (the plain request's, exactly what from_dlpack(x) takes:
+ * no device, copy or stream is asked of the producer) and its
+ * DLTensor.device is the source, so that every request accepts the
+ * producers the plain request accepts. 1: taken into *out and *source set
+ * (the caller moves or copies it itself, as for a producer that cannot);
+ * 0: *source announced, nothing taken; -1: __dlpack_device__'s error (the
+ * table gave nothing), or an exception that is no Exception. */
+static inline int dlpack_ref_consumer_source_or_table(PyObject* x, const DLPackExchangeAPI* api, DLDevice* source,
+                                                      DLPackRefTensor* out) {
+    int taken;
+#if PY_VERSION_HEX >= 0x030C0000
+    PyObject* device_error;
+#else
+    PyObject *error_type, *error_value, *error_tb;
+#endif
+    if (dlpack_ref_consumer_source(x, source) == 0) return 0;
+    if (api == NULL || !PyErr_ExceptionMatches(PyExc_Exception)) return -1;
+#if PY_VERSION_HEX >= 0x030C0000
+    device_error = PyErr_GetRaisedException();
+#else
+    PyErr_Fetch(&error_type, &error_value, &error_tb);
+#endif
+    taken = dlpack_ref_priv_take_by_table(api, x, out);
+    if (taken != 0) {   /* the table's tensor, or an interrupt: the device's error is moot */
+#if PY_VERSION_HEX >= 0x030C0000
+        Py_DECREF(device_error);
+#else
+        Py_XDECREF(error_type); Py_XDECREF(error_value); Py_XDECREF(error_tb);
+#endif
+        if (taken < 0) return -1;
+        *source = out->dl_tensor->device;
+        return 1;
+    }
+#if PY_VERSION_HEX >= 0x030C0000
+    PyErr_SetRaisedException(device_error);
+#else
+    PyErr_Restore(error_type, error_value, error_tb);
+#endif
+    return -1;
+}
+
 /* x.__dlpack__(max_version=(1, 3), stream=stream, dl_device=*target,
  * copy=copy) for the request dlpack_ref_consumer_source began (`target`
  * NULL: no device asked; stream and copy None when not asked), the tensor
@@ -2142,7 +2188,10 @@ static inline int dlpack_ref_consumer_copy_needed(PyObject* x, DLDevice mem, uin
  *   - a producer that refuses dl_device/copy with BufferError (or ValueError,
  *     NumPy before 2.4) is asked the plain request and the caller moves or
  *     copies; a producer's tensor must be on the device its
- *     __dlpack_device__ announced.
+ *     __dlpack_device__ announced; one whose __dlpack_device__ fails but
+ *     whose type's table gives its tensor is taken through the table
+ *     (dlpack_ref_consumer_source_or_table) and moved or copied by the
+ *     caller.
  * It is the four pieces above in order (dlpack_ref_consumer_plain, _source,
  * _call, _copy_needed), which a consumer with its own fast paths and stream
  * layer (dlpack-ref's core) calls one by one. */
@@ -2171,9 +2220,16 @@ static inline int dlpack_ref_consumer_take(PyObject* x, PyObject* device, PyObje
         *target = out->dl_tensor->device;
         return 0;
     } else {
-        if (dlpack_ref_consumer_source(x, &source) < 0) return -1;
+        PyObject* owner;
+        const DLPackExchangeAPI* api = dlpack_ref_exchange_api_memo_ref(&dlpack_ref_priv_api_memo, Py_TYPE(x), &owner);
+        if (api == NULL && PyErr_Occurred()) return -1;
+        r = dlpack_ref_consumer_source_or_table(x, api, &source, out);
+        Py_XDECREF(owner);
+        if (r < 0) return -1;
         if (!have_target) *target = source;
-        if (dlpack_ref_consumer_call(x, stream, have_target ? target : NULL, copy, source, out, &producer_did_it) < 0)
+        if (r == 0
+                && dlpack_ref_consumer_call(x, stream, have_target ? target : NULL, copy, source, out,
+                                            &producer_did_it) < 0)
             return -1;
     }
     r = dlpack_ref_consumer_copy_needed(x, out->dl_tensor->device, out->flags, *target, copy, producer_did_it);

@@ -223,6 +223,11 @@ cdef extern from "dlpack_ref.h":
     # a refusal leaves the tensor to its holder)
     int dlpack_ref_consumer_plain(object x, const DLPackExchangeAPI* api, DLPackRefTensor* out) except -1
     int dlpack_ref_consumer_source(object x, DLDevice* source) except -1
+    # the same, with a failure of __dlpack_device__ answered by the type's
+    # table (api, looked up beforehand; NULL: none): 1 when its tensor was
+    # taken (its device is the source; the caller moves or copies it)
+    int dlpack_ref_consumer_source_or_table(object x, const DLPackExchangeAPI* api, DLDevice* source,
+                                            DLPackRefTensor* out) except -1
     int dlpack_ref_consumer_call(object x, object stream, const DLDevice* target, object copy, DLDevice source,
                                  DLPackRefTensor* out, int* producer_did_it) except -1
     int dlpack_ref_consumer_copy_needed(object x, DLDevice mem, uint64_t flags, DLDevice target, object copy,

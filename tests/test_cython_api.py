@@ -268,3 +268,32 @@ def test_view_and_to_array_report_a_failing_table(ext, hostile_lib, factory, fai
     gc.collect()
     # to_py owns the tensor from the call on (the header), and freed it once.
     assert factory.deleter_calls == (function == "managed_tensor_to_py_object_no_sync")
+
+
+# --- the header's consumer: one device answer on every path -----------------------
+
+@pytest.mark.parametrize("kwargs", [{}, {"copy": True}, {"copy": False}, {"device": (1, 0)},
+                                    {"device": (1, 0), "copy": True}], ids=str)
+def test_consumer_takes_through_the_table_when_dlpack_device_is_unusable(ext, hostile_lib, kwargs):
+    # paddle 3.3 answers (kDLCPU, None); its table gives the tensor on the
+    # plain path, so every request takes it there and copies it if asked.
+    source = np.arange(4.0)
+    producer = hostile_table.fresh_table_type(hostile_lib, source, device=(1, None))
+    exports = hostile_table.fresh_counts(hostile_lib)[2]
+    described, target, must_copy = ext.consume(producer(), **kwargs)
+    assert described[0] == source.ctypes.data and described[1] == (4,)
+    assert target == (1, 0) and must_copy is bool(kwargs.get("copy"))
+    assert hostile_table.fresh_counts(hostile_lib)[2] == exports + 1
+
+
+def test_consumer_refuses_an_unusable_device_answer_without_a_table(ext):
+    class Unplaced:
+        def __dlpack__(self, **kwargs):
+            return np.arange(3.0).__dlpack__(**kwargs)
+
+        def __dlpack_device__(self):
+            return (1, None)
+
+    for kwargs in ({}, {"copy": True}, {"device": (1, 0)}):
+        with pytest.raises(TypeError, match=r"returned \(1, None\); expected a \(device_type, device_id\) tuple"):
+            ext.consume(Unplaced(), **kwargs)

@@ -273,9 +273,10 @@ class Table:
         inner = ctypes.cast(py_object, ctypes.py_object).value.inner
         return FROM_PY_T(our_table().managed_tensor_from_py_object_no_sync)(id(inner), out)
 
-    def producer_type(self, attribute=None):
+    def producer_type(self, attribute=None, device=None):
         """A new type publishing this table; its __dlpack__ forwards to the
-        inner Array and records its calls in the instance."""
+        inner Array and records its calls in the instance; ``device``, when
+        given, is its __dlpack_device__ (a function of no argument)."""
         def __init__(self, inner):
             self.inner = inner
             self.dunder_calls = 0
@@ -285,7 +286,7 @@ class Table:
             return self.inner.__dlpack__(**kwargs)
 
         def __dlpack_device__(self):
-            return self.inner.__dlpack_device__()
+            return self.inner.__dlpack_device__() if device is None else device()
 
         return type("Producer", (), {
             "__init__": __init__, "__dlpack__": __dlpack__, "__dlpack_device__": __dlpack_device__,
@@ -334,6 +335,41 @@ def test_consumer_calls_dunder_dlpack_when_a_device_or_copy_is_asked_for(kwargs)
     a = dlpack_ref.from_dlpack(x, **kwargs)
     assert (table.calls, x.dunder_calls) == (0, 1)
     assert (a.data_ptr != x.inner.data_ptr) == bool(kwargs.get("copy"))
+
+
+def _raises_value_error():
+    raise ValueError("no device for this tensor")
+
+
+# What paddle 3.3's __dlpack_device__ returns, and other answers the plain
+# path never sees when the table gives the tensor.
+UNUSABLE_DEVICE_ANSWERS = {"(kDLCPU, None)": lambda: (1, None), "a string": lambda: "cpu",
+                           "ValueError": _raises_value_error}
+EVERY_REQUEST = [{}, {"copy": True}, {"copy": False}, {"device": "cpu"}, {"device": (1, 0), "copy": True},
+                 {"device": "cpu", "copy": False}]
+
+
+@pytest.mark.parametrize("kwargs", EVERY_REQUEST, ids=str)
+@pytest.mark.parametrize("answer", sorted(UNUSABLE_DEVICE_ANSWERS))
+def test_every_request_accepts_a_producer_whose_table_gives_its_tensor_whatever_its_device_answer(answer, kwargs):
+    # The plain path takes the tensor through the table and never asks
+    # __dlpack_device__; the table's DLTensor.device is then the device on
+    # every path, and the copy asked for is made here.
+    table = Table()
+    x = table.producer_type(device=UNUSABLE_DEVICE_ANSWERS[answer])(float32_array())
+    a = dlpack_ref.from_dlpack(x, **kwargs)
+    assert a.tolist() == x.inner.tolist() and a.device == dlpack_ref.Device("cpu")
+    assert (a.data_ptr != x.inner.data_ptr) == bool(kwargs.get("copy"))
+    assert (table.calls, x.dunder_calls) == (1, 0)
+
+
+@pytest.mark.parametrize("kwargs", EVERY_REQUEST, ids=str)
+def test_every_request_refuses_a_tableless_producer_with_an_unusable_device_answer(kwargs):
+    table = Table(from_py=False)   # no usable table: the answer is needed
+    x = table.producer_type(device=UNUSABLE_DEVICE_ANSWERS["(kDLCPU, None)"])(float32_array())
+    with pytest.raises(TypeError, match=r"Producer.__dlpack_device__\(\) returned \(1, None\); expected a "
+                                        r"\(device_type, device_id\) tuple of two ints"):
+        dlpack_ref.from_dlpack(x, **kwargs)
 
 
 def test_consumer_looks_the_table_up_once_per_type():
@@ -424,6 +460,22 @@ def test_torch_tensor_is_imported_through_torchs_table():
     del a
     gc.collect()
     assert sys.getrefcount(t) == refs
+
+
+@pytest.mark.parametrize("kwargs", EVERY_REQUEST, ids=str)
+def test_a_torch_tensor_with_paddles_device_answer_is_taken_on_every_path(kwargs):
+    # torch's own table, with the answer paddle 3.3 gives: every request
+    # agrees with the plain one, and a copy is a copy of torch's values.
+    torch = pytest.importorskip("torch")
+
+    class Unplaced(torch.Tensor):
+        def __dlpack_device__(self):
+            return (1, None)
+
+    t = torch.arange(6, dtype=torch.float64).as_subclass(Unplaced)
+    a = dlpack_ref.from_dlpack(t, **kwargs)
+    assert a.tolist() == torch.Tensor.tolist(t) and a.device == dlpack_ref.Device("cpu")
+    assert (a.data_ptr != t.data_ptr()) == bool(kwargs.get("copy"))
 
 
 def test_torch_conjugate_view_is_never_imported_with_wrong_values():
@@ -535,6 +587,18 @@ def test_a_failing_table_export_falls_back_and_frees_the_tensor_it_handed_out(ho
     a = dlpack_ref.from_dlpack(cls())
     assert a.data_ptr == inner.data_ptr and a.tolist() == [1.0, 2.0, 3.0]
     assert calls == [{"max_version": (1, 3)}]
+    gc.collect()
+    assert factory.deleter_calls == 1
+
+
+@pytest.mark.parametrize("failure", sorted(hostile_table.FAILURES))
+def test_a_failing_table_leaves_the_device_answers_error_and_frees_its_tensor(hostile_lib, factory, failure):
+    base, calls = _hostile_producer(hostile_lib, dlpack_ref.asarray([1.0]))
+    cls = type("Unplaced", (base,), {"__dlpack_device__": lambda self: _raises_value_error()})
+    hostile_lib.hostile_set(take_tensor(factory.make(shape=(2,))), hostile_table.FAILURES[failure], 0, 0, 0)
+    with pytest.raises(ValueError, match="no device for this tensor"):
+        dlpack_ref.from_dlpack(cls(), copy=True)
+    assert calls == []
     gc.collect()
     assert factory.deleter_calls == 1
 
