@@ -34,15 +34,6 @@ cdef Array _cast(Array a, DLDataType want, bint has_want, object copy):
     return _converted(a, want)
 
 
-cdef bint _declares_dtype(object obj, DLDataType want) except -1:
-    """Whether obj's own ``dtype`` attribute names want (False when it has
-    none or names no DLPack type): then copy= goes to the import as given."""
-    try:
-        return _same_dtype(want, _dldtype(getattr(obj, "dtype", None)))
-    except TypeError:
-        return False
-
-
 def asarray(obj, /, *, dtype=None, device=None, copy=None):
     """An Array from a DLPack object, a buffer-protocol object, a Python
     scalar or a nested sequence.
@@ -120,9 +111,15 @@ def asarray(obj, /, *, dtype=None, device=None, copy=None):
                 copy_asked = None
             else:
                 copy_asked = copy
-        else:
-            copy_asked = None if has_want and not _declares_dtype(obj, want) else copy
-        return _cast(_from_dlpack(obj, device, copy_asked), want, has_want, copy)
+            return _cast(_from_dlpack(obj, device, copy_asked), want, has_want, copy)
+        # A producer's element type is its tensor's, known once it is taken
+        # (no attribute of the producer, such as a .dtype, is read): with
+        # dtype= and copy=True it is taken as it is, then converted, or
+        # copied when it has that type already.
+        if has_want and copy is True:
+            a = _from_dlpack(obj, device, None)
+            return _copy_to(a, a._device, None) if _same_dtype(want, a._dtype) else _converted(a, want)
+        return _cast(_from_dlpack(obj, device, copy), want, has_want, copy)
     if _may_export_buffer(obj):
         if copy is True and device is None and not has_want:
             return _buffer_copy(obj)

@@ -323,3 +323,48 @@ def test_an_ndarray_of_an_ml_dtypes_type_gets_the_dlpack_answer():
     assert ours.dtype == imported.dtype == dr.bfloat16
     assert ours.tolist() == imported.tolist() == [0.0, 1.0, 2.0]
     assert ours.data_ptr != n.ctypes.data
+
+
+# --- a producer's element type is its tensor's ------------------------------------
+
+class _NoDLPackType:
+    def __dlpack_data_type__(self):
+        raise ValueError("this dtype has no DLPack type")
+
+
+class _OddDtypeProducer:
+    """A valid DLPack producer of a float64 NumPy array whose unrelated
+    ``dtype`` attribute raises, or names an object whose
+    __dlpack_data_type__ raises."""
+
+    def __init__(self, source, odd):
+        self.source, self.odd = source, odd
+
+    def __dlpack__(self, **kwargs):
+        return self.source.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        return self.source.__dlpack_device__()
+
+    @property
+    def dtype(self):
+        if self.odd == "raises":
+            raise RuntimeError("no dtype here")
+        return _NoDLPackType()
+
+
+@pytest.mark.parametrize("copy", [None, True, False])
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("odd", ["raises", "no DLPack type"])
+def test_asarray_of_a_producer_never_reads_its_dtype_attribute(odd, dtype, copy):
+    source = np.arange(4.0)
+    p = _OddDtypeProducer(source, odd)
+    try:
+        expected = np.asarray(source, dtype=dtype, copy=copy)   # the oracle
+    except ValueError:
+        with pytest.raises(dr.CopyForbiddenError, match="converting float64 to float32 needs a copy"):
+            dr.asarray(p, dtype=dtype, copy=copy)
+        return
+    a = dr.asarray(p, dtype=dtype, copy=copy)
+    assert a.dtype == dr.as_dtype(dtype) and a.tolist() == expected.tolist()
+    assert (a.data_ptr == source.ctypes.data) == (expected.ctypes.data == source.ctypes.data)
