@@ -49,13 +49,12 @@ cdef int _threads_from_env() except 0:
     would fail every later copy for a setting made outside the program."""
     import os
     cdef int default = dlref_pool_available_cores()
-    text = os.environ.get(_NUM_THREADS_ENV, "").strip()
+    # ASCII digits and nothing else, ASCII whitespace around them: int()
+    # alone would also take a sign, underscores and any Unicode digits.
+    text = os.environ.get(_NUM_THREADS_ENV, "").strip(" \t\n\r\f\v")
     if not text:
         return default
-    try:
-        n = int(text, 10)
-    except ValueError:
-        n = 0
+    n = int(text) if text.isascii() and text.isdigit() else 0
     if not 1 <= n <= DLREF_POOL_MAX_THREADS:
         import warnings
         warnings.warn(f"{_NUM_THREADS_ENV}={text!r} is not a whole number from 1 to {DLREF_POOL_MAX_THREADS}; "

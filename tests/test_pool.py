@@ -112,7 +112,7 @@ def test_env_var_is_read_at_first_use_not_at_import():
     assert got == [5, 5]
 
 
-@pytest.mark.parametrize("value", ["1", "3", " 4 ", str(MAX)])
+@pytest.mark.parametrize("value", ["1", "3", " 4 ", "\t2\t", "007", str(MAX)])
 def test_env_var_sets_the_count(value):
     got, err = child_json("import dlpack_ref as dr; print(dr.get_num_threads())",
                           env={"DLPACK_REF_NUM_THREADS": value})
@@ -127,7 +127,8 @@ def test_empty_env_var_is_unset():
     assert err == ""
 
 
-@pytest.mark.parametrize("value", ["0", "-2", "abc", "2.5", str(MAX + 1), "0x4"])
+@pytest.mark.parametrize("value", ["0", "-2", "abc", "2.5", str(MAX + 1), "0x4", "1_6", "+4", "\uff14", "\u0664",
+                                   "\u00b2", "4\u3000", "\u30004"])
 def test_bad_env_var_warns_and_uses_the_default(value):
     got, _ = child_json("""
         import json, warnings
