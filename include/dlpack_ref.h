@@ -783,8 +783,12 @@ typedef struct dlpack_ref_names {
     PyObject* kw_max_version;    /* ("max_version",) */
 } dlpack_ref_names;
 
-static dlpack_ref_names dlpack_ref_priv_names_;
-static int dlpack_ref_priv_names_ready = 0;
+
+static inline void dlpack_ref_priv_clear_names(dlpack_ref_names* n) {
+    Py_CLEAR(n->dlpack); Py_CLEAR(n->dlpack_device); Py_CLEAR(n->exchange_api); Py_CLEAR(n->stream);
+    Py_CLEAR(n->max_version); Py_CLEAR(n->dl_device); Py_CLEAR(n->copy); Py_CLEAR(n->device); Py_CLEAR(n->version);
+    Py_CLEAR(n->kw_max_version);
+}
 
 static inline int dlpack_ref_priv_make_names(dlpack_ref_names* n) {
     n->dlpack = PyUnicode_InternFromString("__dlpack__");
@@ -800,27 +804,35 @@ static inline int dlpack_ref_priv_make_names(dlpack_ref_names* n) {
     if (n->dlpack && n->dlpack_device && n->exchange_api && n->stream && n->max_version && n->dl_device && n->copy
             && n->device && n->version && n->kw_max_version)
         return 0;
-    Py_CLEAR(n->dlpack); Py_CLEAR(n->dlpack_device); Py_CLEAR(n->exchange_api); Py_CLEAR(n->stream);
-    Py_CLEAR(n->max_version); Py_CLEAR(n->dl_device); Py_CLEAR(n->copy); Py_CLEAR(n->device); Py_CLEAR(n->version);
-    Py_CLEAR(n->kw_max_version);
+    dlpack_ref_priv_clear_names(n);
     return -1;
 }
 
 static inline const dlpack_ref_names* dlpack_ref_protocol_names(void) {
 #ifdef Py_GIL_DISABLED
-    static PyMutex lock;   /* zero-initialized: unlocked */
-    int ok;
-    PyMutex_Lock(&lock);
-    ok = dlpack_ref_priv_names_ready || dlpack_ref_priv_make_names(&dlpack_ref_priv_names_) == 0;
-    if (ok) dlpack_ref_priv_names_ready = 1;
-    PyMutex_Unlock(&lock);
-    return ok ? &dlpack_ref_priv_names_ : NULL;
+    /* No lock: one made while another thread held it would stay held in a
+       child forked then. Each thread that finds no names makes its own and
+       offers them in one compare-and-swap; the first offer is published,
+       the others are dropped (the strings are interned: equal either way). */
+    static dlpack_ref_names* published = NULL;
+    dlpack_ref_names *mine, *seen = NULL;
+    const dlpack_ref_names* names = (const dlpack_ref_names*)_Py_atomic_load_ptr_acquire(&published);
+    if (names != NULL) return names;
+    mine = (dlpack_ref_names*)PyMem_RawCalloc(1, sizeof(dlpack_ref_names));
+    if (mine == NULL) { PyErr_NoMemory(); return NULL; }
+    if (dlpack_ref_priv_make_names(mine) < 0) { PyMem_RawFree(mine); return NULL; }
+    if (_Py_atomic_compare_exchange_ptr(&published, &seen, mine)) return mine;
+    dlpack_ref_priv_clear_names(mine);
+    PyMem_RawFree(mine);
+    return seen;
 #else
-    if (!dlpack_ref_priv_names_ready) {
-        if (dlpack_ref_priv_make_names(&dlpack_ref_priv_names_) < 0) return NULL;
-        dlpack_ref_priv_names_ready = 1;
+    static dlpack_ref_names names;
+    static int ready = 0;
+    if (!ready) {
+        if (dlpack_ref_priv_make_names(&names) < 0) return NULL;
+        ready = 1;
     }
-    return &dlpack_ref_priv_names_;
+    return &names;
 #endif
 }
 

@@ -64,7 +64,7 @@ cdef int _api_dltensor_view(void* py_object, DLTensor* out) except -1:
 cdef int _api_current_work_stream(DLDeviceType device_type, int32_t device_id,
                                   void** out_current_stream) except -1:
     out_current_stream[0] = NULL
-    if dlpack_ref_device_cuda_family(device_type) and _stream_contexts:
+    if dlpack_ref_device_cuda_family(device_type) and _stream_contexts():
         handle = _cuda().current_stream_handle(device_id)
         if handle is not None:
             out_current_stream[0] = <void*><uintptr_t>handle

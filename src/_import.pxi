@@ -16,16 +16,26 @@ cdef dlpack_ref_method_memo _dlpack_memo
 # Non-zero while any thread has a consumer stream set (dlpack_ref.cuda.stream);
 # with none set, the consumer's stream is the legacy default, which is exactly
 # what stream=None asks a producer for, so the device query can be skipped.
-cdef int _stream_contexts = 0
+# An atomic count, not a lock: written rarely, read on every import, exact
+# without the GIL, and nothing a fork could leave held. A forked child keeps
+# the count of threads that do not exist there: too high only sends its
+# imports down the path that asks for the current stream, which is right.
+cdef extern from *:
+    """
+    static int dlref_stream_contexts = 0;
+    static inline int dlref_stream_contexts_active(void) {
+        return __atomic_load_n(&dlref_stream_contexts, __ATOMIC_RELAXED);
+    }
+    static inline void dlref_stream_contexts_add(int delta) {
+        __atomic_add_fetch(&dlref_stream_contexts, delta, __ATOMIC_RELAXED);
+    }
+    """
+    int _stream_contexts "dlref_stream_contexts_active"() nogil
+    void _stream_contexts_add "dlref_stream_contexts_add"(int delta) nogil
 
-cdef object _stream_contexts_lock = __import__("threading").Lock()
 
 def _stream_context_entered(int delta):
-    # Written rarely (entering/leaving a stream context), read on every
-    # import; the lock keeps concurrent writers exact without the GIL.
-    global _stream_contexts
-    with _stream_contexts_lock:
-        _stream_contexts += delta
+    _stream_contexts_add(delta)
 
 
 _cuda_streams.set_context_counter(_stream_context_entered)
@@ -174,7 +184,7 @@ def from_dlpack(x, /, *, device=None, copy=None):
     copies only when needed. The producer moves or copies data itself when it
     can; an older producer's data is moved here.
     """
-    if device is None and copy is None and _stream_contexts == 0:
+    if device is None and copy is None and _stream_contexts() == 0:
         return _import_plain(x)
     return _from_dlpack(x, device, copy)
 
@@ -185,7 +195,7 @@ cdef Array _from_dlpack(object x, object device, object copy):
     _copy_needed, the pieces of dlpack_ref_consumer_take); what stays here
     is this core's: its device names, its own Array, the CUDA stream it
     passes and records, and the copy."""
-    if device is None and copy is None and _stream_contexts == 0:
+    if device is None and copy is None and _stream_contexts() == 0:
         return _import_plain(x)
     dlpack_ref_check_copy_arg(copy)
     cdef DLDevice target
@@ -196,7 +206,7 @@ cdef Array _from_dlpack(object x, object device, object copy):
     cdef int producer_did_it = 0
     if have_target:
         target = _parse_device(device)
-        if copy is None and type(x) is Array and _stream_contexts == 0 and target.device_type == kDLCPU \
+        if copy is None and type(x) is Array and _stream_contexts() == 0 and target.device_type == kDLCPU \
                 and (<Array>x)._device.device_type == kDLCPU:
             # One of ours, on the host, asked for on the host: nothing to move.
             return _alias(<Array>x)
@@ -211,7 +221,7 @@ cdef Array _from_dlpack(object x, object device, object copy):
     if not have_target:
         target = source
     stream = None
-    if dlpack_ref_device_cuda_family(source.device_type) and (_stream_contexts or dlpack_ref_device_cuda_family(target.device_type)):
+    if dlpack_ref_device_cuda_family(source.device_type) and (_stream_contexts() or dlpack_ref_device_cuda_family(target.device_type)):
         stream = _cuda().consumer_stream_for(_device_object(source), _device_object(target))
     if by_table:
         # Its __dlpack_device__ failed; its table gave the plain request's

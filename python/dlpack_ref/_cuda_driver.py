@@ -12,6 +12,7 @@ context, and with it the runtime's current device, is unchanged afterwards.
 
 from __future__ import annotations
 
+import os
 import threading
 
 from ._streams import LEGACY_STREAM, PER_THREAD_STREAM
@@ -175,6 +176,30 @@ class Runtime:
 _runtime: Runtime | None = None
 _failure: str | None = None
 _load_lock = threading.Lock()
+
+#: True in a process forked after its parent loaded the driver: CUDA made
+#: by the parent cannot be used there (CUDA's own rule), and memory and
+#: records of the parent's contexts are left alone (never freed or waited on).
+forked_after_init = False
+
+FORKED_AFTER_INIT = ("CUDA cannot be used in this process: it was forked after its parent initialized CUDA, and "
+                     "a forked child cannot use its parent's CUDA (start the process with multiprocessing's "
+                     "'spawn' or 'forkserver' method instead)")
+
+
+def _after_fork_in_child() -> None:
+    """A forked child has only the thread that forked: a lock another thread
+    held is held forever there, so every lock of this module is made anew,
+    and a runtime loaded by the parent is given up."""
+    global _runtime, _failure, _load_lock, forked_after_init
+    _load_lock = threading.Lock()
+    if _runtime is not None:
+        _runtime = None
+        _failure = FORKED_AFTER_INIT
+        forked_after_init = True
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def runtime() -> Runtime:

@@ -24,6 +24,7 @@ import threading
 import weakref
 from typing import NamedTuple
 
+from . import _cuda_driver
 from ._cuda_driver import LEGACY_STREAM, check, runtime
 from ._cuda_streams import PendingWork
 from ._devices import CUDA_DEVICE_BOUND, SUPPORTED, DeviceType
@@ -87,8 +88,8 @@ class DeviceMemory:
 
     def __del__(self):
         ptr, self.ptr = self.ptr, 0
-        if not ptr:
-            return
+        if not ptr or _cuda_driver.forked_after_init:
+            return      # in a forked child the parent's context owns it
         if self._how == _POOLED:
             _free_async(self._driver, self._context, ptr, self.work, self.device_id)
             return

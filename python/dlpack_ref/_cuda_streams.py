@@ -7,7 +7,9 @@ Stream values are checked by ``dlpack_ref._streams.stream_handle``.
 from __future__ import annotations
 
 import contextvars
+import os
 import threading
+import weakref
 
 from ._cuda_driver import check, runtime
 from ._streams import LEGACY_STREAM, NO_SYNC, PER_THREAD_STREAM, stream_handle
@@ -49,6 +51,7 @@ class PendingWork:
         self._last = None if legacy_device < 0 else (None, legacy_device)
         self._uses = []     # (event, device) after reads by copies enqueued here
         self.lock = threading.RLock()
+        _EVERY_RECORD.add(self)
 
     @property
     def idle(self) -> bool:
@@ -241,6 +244,19 @@ def _record_event(rt, event, handle: int, device_id: int):
             rt.give_event(device_id, ev)
         check(out, "cuEventRecord")
     return ev
+
+
+# Every live record, so that a forked child can give each a fresh lock: one
+# another thread held at the fork would be held forever in the child.
+_EVERY_RECORD: weakref.WeakSet = weakref.WeakSet()
+
+
+def _fresh_locks_in_child() -> None:
+    for record in list(_EVERY_RECORD):
+        record.lock = threading.RLock()
+
+
+os.register_at_fork(after_in_child=_fresh_locks_in_child)
 
 
 # --- the consumer's current stream -------------------------------------------

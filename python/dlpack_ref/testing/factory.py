@@ -41,6 +41,7 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import itertools
+import os
 import threading
 from typing import Any
 
@@ -114,6 +115,16 @@ _RECORDS: dict[int, _Record] = {}
 # Capsule context value -> record, for the capsule destructor.
 _BY_CONTEXT: dict[int, _Record] = {}
 _LOCK = threading.RLock()
+
+
+def _fresh_lock_in_child() -> None:
+    # A forked child has only the forking thread: a lock another thread held
+    # at the fork would be held forever there.
+    global _LOCK
+    _LOCK = threading.RLock()
+
+
+os.register_at_fork(after_in_child=_fresh_lock_in_child)
 _CAP_IDS = itertools.count(1)
 
 
