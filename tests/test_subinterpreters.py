@@ -1,0 +1,87 @@
+"""Subinterpreters: dlpack-ref is imported in the main interpreter only
+(docs/guarantees.md, "Interpreters"). Any other interpreter, isolated (its
+own GIL) or legacy (sharing the main one's), gets an ImportError before any
+state of the compiled core is made, so that the main interpreter can always
+import it afterwards.
+
+Each case runs in a fresh interpreter, which makes the subinterpreter with
+CPython's private ``_interpreters`` module (``_xxsubinterpreters`` before
+3.13): the public ``concurrent.interpreters`` of 3.14 makes isolated ones
+only.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+MESSAGE = ("dlpack_ref can be imported in the main interpreter only, not in a subinterpreter: its compiled core "
+           "keeps process-wide state")
+
+SCRIPT = """
+import json, os, sys, tempfile
+try:
+    import _interpreters as interpreters
+    make = {"legacy": lambda: interpreters.create("legacy"), "isolated": lambda: interpreters.create("isolated")}
+except ImportError:
+    import _xxsubinterpreters as interpreters
+    make = {"legacy": lambda: interpreters.create(isolated=False),
+            "isolated": lambda: interpreters.create(isolated=True)}
+
+def in_subinterpreter(kind, code):
+    # What `code` leaves in `result`, run in a new subinterpreter of `kind`.
+    fd, path = tempfile.mkstemp()
+    os.close(fd)
+    interp = make[kind]()
+    try:
+        interpreters.run_string(interp, code + f"\\nopen({path!r}, 'w').write(result)\\n")
+    finally:
+        interpreters.destroy(interp)
+    with open(path) as f:
+        result = f.read()
+    os.unlink(path)
+    return result
+
+IMPORT = '''
+try:
+    import dlpack_ref
+    result = "imported"
+except BaseException as e:
+    result = type(e).__name__ + ": " + str(e)
+'''
+"""
+
+
+def run(body: str):
+    out = subprocess.run([sys.executable, "-c", SCRIPT + textwrap.dedent(body)], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("kind", ["legacy", "isolated"])
+def test_a_subinterpreter_that_imports_first_is_refused_and_the_main_one_imports_after(kind):
+    # A legacy subinterpreter that imported first locked the main interpreter
+    # out for good ("Interpreter change detected"), even once destroyed.
+    got = run(f"""
+        first = in_subinterpreter({kind!r}, IMPORT)
+        import dlpack_ref
+        main = dlpack_ref.from_dlpack(dlpack_ref.asarray([1.0, 2.0])).tolist()
+        again = in_subinterpreter({kind!r}, IMPORT)
+        print(json.dumps([first, main, again]))
+    """)
+    assert got == [f"ImportError: {MESSAGE}", [1.0, 2.0], f"ImportError: {MESSAGE}"]
+
+
+def test_every_submodule_is_refused_in_a_subinterpreter():
+    got = run("""
+        import dlpack_ref
+        print(json.dumps([in_subinterpreter("legacy", IMPORT.replace("import dlpack_ref", "import " + name))
+                          for name in ("dlpack_ref.testing", "dlpack_ref.conformance", "dlpack_ref._dlpack_ref",
+                                       "dlpack_ref.cuda")]))
+    """)
+    assert got == [f"ImportError: {MESSAGE}"] * 4
