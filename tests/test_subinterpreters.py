@@ -85,3 +85,38 @@ def test_every_submodule_is_refused_in_a_subinterpreter():
                                        "dlpack_ref.cuda")]))
     """)
     assert got == [f"ImportError: {MESSAGE}"] * 4
+
+
+# --- the header's deleters release in the interpreter that made the export ---------
+
+@pytest.fixture(scope="module")
+def api_demo_path(tmp_path_factory):
+    """The Cython API demo (tests/cython_api_ext), built here: an extension
+    on dlpack_ref.h alone, which a subinterpreter may load."""
+    from support.build_ext import build_api_demo
+    return build_api_demo(tmp_path_factory.mktemp("api_demo")).__file__
+
+
+@pytest.mark.skipif(sys.version_info < (3, 15), reason=(
+    "CPython 3.15+ (PEP 788): before it, the header's deleter attaches with PyGILState_Ensure, "
+    "which attaches to the main interpreter whatever interpreter made the export "
+    "(docs/guarantees.md, Deleters)"))
+def test_a_deleter_on_a_foreign_thread_drops_the_owner_in_the_interpreter_that_exported(api_demo_path):
+    # An extension built on dlpack_ref.h, loaded in a legacy subinterpreter,
+    # exports a tensor there; a thread Python never saw calls its deleter. The
+    # owner's finalizer must run in the subinterpreter, not the main one.
+    sub_code = textwrap.dedent(f"""
+        import importlib.util, _interpreters
+        spec = importlib.util.spec_from_file_location("api_demo", {api_demo_path!r})
+        demo = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(demo)
+        seen = []
+        class Owner:
+            def __del__(self):
+                seen.append(_interpreters.get_current()[0])
+        demo.release_on_a_new_thread(demo.export_owned(Owner()))
+        result = repr([_interpreters.get_current()[0], seen])
+    """)
+    got = run(f"print(json.dumps(in_subinterpreter('legacy', {sub_code!r})))")
+    sub, seen = eval(got)
+    assert sub != 0 and seen == [sub]

@@ -4,11 +4,17 @@ that vendors or depends on dlpack-ref would use it), for tests/test_cython_api.p
 
 from libc.stdint cimport int64_t
 from libc.stdlib cimport malloc, free
-from dlpack cimport DLDevice, DLTensor, kDLCPU, kDLFloat, DLPACK_FLAG_BITMASK_READ_ONLY
+from dlpack cimport DLDevice, DLManagedTensorVersioned, DLTensor, kDLCPU, kDLFloat, DLPACK_FLAG_BITMASK_READ_ONLY
 from dlpack_ref_api cimport (
-    DLPackRefTensor, dlpack_ref_consumer_take, dlpack_ref_export_legacy, dlpack_ref_export_versioned,
-    dlpack_ref_import, dlpack_ref_release, dlpack_ref_take, dlpack_ref_to_array, dlpack_ref_view,
+    DLPackRefTensor, dlpack_ref_claim, dlpack_ref_consumer_take, dlpack_ref_export_legacy,
+    dlpack_ref_export_versioned, dlpack_ref_import, dlpack_ref_release, dlpack_ref_take, dlpack_ref_to_array,
+    dlpack_ref_view,
 )
+
+cdef extern from "<pthread.h>" nogil:
+    ctypedef unsigned long pthread_t
+    int pthread_create(pthread_t* thread, void* attr, void* (*start)(void*) noexcept nogil, void* arg)
+    int pthread_join(pthread_t thread, void** result)
 
 freed = 0
 
@@ -96,6 +102,47 @@ def consume(x, device=None, copy=None):
         return [_describe(&t), (<int>target.device_type, target.device_id), bool(must_copy)]
     finally:
         dlpack_ref_release(&t)
+
+
+cdef double _one = 1.0
+
+
+def export_owned(owner):
+    """A versioned capsule of a 0-d float64 tensor (1.0, static memory)
+    whose export holds `owner` until its deleter runs."""
+    cdef DLTensor t
+    t.data = &_one
+    t.device.device_type = kDLCPU
+    t.device.device_id = 0
+    t.ndim = 0
+    t.dtype.code = kDLFloat
+    t.dtype.bits = 64
+    t.dtype.lanes = 1
+    t.shape = NULL
+    t.strides = NULL
+    t.byte_offset = 0
+    return dlpack_ref_export_versioned(&t, owner, 0)
+
+
+cdef void* _call_deleter(void* managed) noexcept nogil:
+    cdef DLManagedTensorVersioned* m = <DLManagedTensorVersioned*>managed
+    m.deleter(m)
+    return NULL
+
+
+def release_on_a_new_thread(capsule):
+    """Take a versioned capsule's tensor and call its deleter from a thread
+    Python never saw, waited for without the GIL."""
+    cdef bint versioned = False
+    cdef void* managed = dlpack_ref_claim(capsule, &versioned)
+    cdef pthread_t thread
+    if not versioned:
+        raise TypeError("release_on_a_new_thread takes versioned capsules")
+    with nogil:
+        if pthread_create(&thread, NULL, _call_deleter, managed) == 0:
+            pthread_join(thread, NULL)
+        else:
+            _call_deleter(managed)
 
 
 def take(capsule):
