@@ -6,8 +6,10 @@ import io
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 import jsonschema
@@ -164,10 +166,20 @@ def test_failure_lines_are_short_and_rules_are_stated_once():
 
 
 
+def console_script() -> str:
+    """The dlpack-ref script installed beside this interpreter: where a user's
+    `python -m pytest` from an environment that is not activated (its bin
+    folder not on PATH) finds it."""
+    script = shutil.which("dlpack-ref", path=sysconfig.get_path("scripts"))
+    assert script is not None, f"no dlpack-ref script in {sysconfig.get_path('scripts')}"
+    return script
+
+
 def test_version_and_help_name_the_console_script():
-    out = subprocess.run(["dlpack-ref", "--version"], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run([console_script(), "--version"], capture_output=True, text=True, check=True).stdout
     assert out.strip() == f"dlpack-ref {dr.__version__} (DLPack 1.3)"
-    help_text = subprocess.run(["dlpack-ref", "check", "--help"], capture_output=True, text=True, check=True).stdout
+    help_text = subprocess.run([console_script(), "check", "--help"], capture_output=True, text=True,
+                               check=True).stdout
     assert help_text.startswith("usage: dlpack-ref check")
     for words in ("exit status:", "--fail-on dlpack_ref", "report.schema.json", "formats", "module:from_dlpack"):
         assert words in help_text

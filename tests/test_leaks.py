@@ -104,3 +104,35 @@ def test_failed_imports_release_everything():
     growth = _rss_growth_of(fail, ROUND_TRIPS // 4)
     assert (sys.getrefcount(a), sys.getrefcount(ro)) == (start_a, start_ro)
     assert rss_growth_ok(growth), f"RSS grew {growth} bytes"
+
+
+@pytest.mark.parametrize("importer", ["dlpack_ref", "numpy"])
+def test_a_cycle_through_an_import_is_kept_until_broken_as_numpy_keeps_it(importer):
+    # The manager's reference to the producer is a C pointer the collector
+    # cannot see (docs/guarantees.md, "Reference cycles through a DLPack
+    # tensor"); NumPy's own from_dlpack is the oracle. A memoryview, whose
+    # exporter the collector sees, is collected.
+    np = pytest.importorskip("numpy")
+    import weakref
+
+    class Owned(np.ndarray):
+        pass
+
+    from_dlpack = dlpack_ref.from_dlpack if importer == "dlpack_ref" else np.from_dlpack
+    s = np.arange(4.0).view(Owned)
+    alive = weakref.ref(s)
+    s.keep = from_dlpack(s)
+    keep = weakref.ref(s.keep)
+    del s
+    gc.collect()
+    assert alive() is not None and keep() is not None      # never collected
+    del alive().keep                                         # the program breaks the cycle
+    gc.collect()
+    assert alive() is None and keep() is None
+
+    s = np.arange(4.0).view(Owned)
+    alive = weakref.ref(s)
+    s.keep = memoryview(s)
+    del s
+    gc.collect()
+    assert alive() is None
