@@ -1245,7 +1245,7 @@ static inline int dlpack_ref_stream_value(PyObject* stream, int cuda_memory, DLD
             where = tn == NULL ? NULL : dlpack_ref_device_str(device);
             if (where != NULL)
                 PyErr_Format(PyExc_ValueError,
-                             "stream=%R was passed for an %U on %U; only stream=None is accepted for CPU memory",
+                             "stream=%R was passed to %U.__dlpack__ for memory on %U; only stream=None is accepted for CPU memory",
                              stream, tn, where);
             Py_XDECREF(tn);
             Py_XDECREF(where);

@@ -177,6 +177,6 @@ def test_the_stream_rule_of_the_header_answers_as_written(tmp_path, vendored):
         if stream is None:
             assert cpu == 1
         elif isinstance(stream, int) or hasattr(stream, "__cuda_stream__"):
-            assert cpu[0] is ValueError and "for an Array on cpu:0; only stream=None" in cpu[1], (stream, cpu)
+            assert cpu[0] is ValueError and "passed to Array.__dlpack__ for memory on cpu:0; only stream=None" in cpu[1], (stream, cpu)
         else:
             assert cpu[0] is TypeError and "stream must be None for CPU memory" in cpu[1], (stream, cpu)
