@@ -1,5 +1,5 @@
 """Copies and dtype conversions side by side with NumPy, torch and ml_dtypes,
-in one process, the compared calls interleaved (benchmarks/interleave.py).
+in one process, the compared calls interleaved (dlpack_ref.bench.timing).
 
     python benchmarks/bench_copies.py [--quick] [--big] [--only TEXT] [--json PATH] [--png PATH]
 
@@ -22,14 +22,12 @@ import json
 import os
 import sys
 
+import numpy as np
+
+import dlpack_ref as dr
+from dlpack_ref.bench.timing import compare
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-
-from interleave import compare  # noqa: E402
-
-import numpy as np  # noqa: E402
-
-import dlpack_ref as dr  # noqa: E402
 
 try:
     import torch
@@ -154,7 +152,7 @@ def measure(cases, rounds: int) -> list:
     for group, case, ours, refs, limit in cases:
         gc.collect()
         budget = 0.002 if "GiB" in case or "64 MiB" in case else 0.01
-        # Threaded calls start each sample on a quiet machine (interleave.compare).
+        # Threaded calls start each sample on a quiet machine (timing.compare, quiet_s).
         quiet = QUIET_S if group != "small call" else 0.0
         stats = compare({"dlpack_ref": ours, **refs}, rounds=rounds, budget_s=budget, quiet_s=quiet)
         first_ref = next(iter(refs))

@@ -11,7 +11,7 @@ of the matrix (when matplotlib is installed):
 - ``x.__dlpack__()`` and ``x.__dlpack_device__()`` alone for each producer;
 - the peak memory of a 256 MiB zero-copy round trip (tracemalloc and RSS);
 - the targets of the exchange issue, as ratios of the two calls measured
-  again interleaved (benchmarks/interleave.py: they alternate within every
+  again interleaved (dlpack_ref.bench.timing: they alternate within every
   round and each keeps its minimum), so machine load falls on both alike.
 
 Wall-clock numbers on a shared machine wander; benchmarks/callgrind_exchange.py
@@ -32,9 +32,9 @@ import sys
 import timeit
 import tracemalloc
 
+from dlpack_ref.bench.timing import compare
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-from interleave import compare  # noqa: E402
 LIBRARIES = ["dlpack_ref", "numpy", "torch", "jax", "array_api_strict", "tvm_ffi"]
 N = 16
 
