@@ -8,7 +8,8 @@ threads, ml_dtypes), the measured ratio and its target (copies and
 conversions of NumPy data: 1.0 from 1 MiB on, 1.1 below), the same case
 with dlpack_ref on one thread against NumPy beside it, the peak memory of conversions (VmHWM of
 this process, reset before each), and saves benchmarks/results/copies.json
-and a chart benchmarks/results/copies.png. ``--big`` adds the 1 GiB copies
+and a chart benchmarks/results/copies.png (drawn by this run, or removed when
+matplotlib is missing: a chart never shows another run's numbers). ``--big`` adds the 1 GiB copies
 (about 4 GiB of memory). Instruction counts of the short calls:
 benchmarks/callgrind_exchange.py.
 """
@@ -25,6 +26,7 @@ import sys
 import numpy as np
 
 import dlpack_ref as dr
+from dlpack_ref.bench.chart import pyplot_or_remove
 from dlpack_ref.bench.timing import compare
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -131,8 +133,8 @@ def small_cases() -> list:
 
 
 def size_target(nbytes: int) -> float:
-    """The target of a copy or conversion from NumPy or PyTorch data (issue
-    20): 1.0 from 1 MiB of input on, 1.1 below."""
+    """The target of a copy or conversion from NumPy or PyTorch data: 1.0
+    from 1 MiB of input on, 1.1 below."""
     return 1.0 if nbytes >= MIB else 1.1
 
 
@@ -228,11 +230,10 @@ def peak_memory() -> list:
 
 
 def save_chart(rows, path) -> bool:
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    """Draw the ratios to `path`; False when matplotlib is missing (and an
+    earlier run's chart at `path` is then removed)."""
+    plt = pyplot_or_remove(path)
+    if plt is None:
         return False
     fig, ax = plt.subplots(figsize=(9, 0.32 * len(rows) + 1.2))
     names = [r["case"] for r in rows]
@@ -287,6 +288,8 @@ def main(argv=None) -> int:
     print(f"saved {args.json}")
     if save_chart(rows, args.png):
         print(f"saved {args.png}")
+    else:
+        print(f"no chart: matplotlib is not installed (pip install 'dlpack-ref[bench]'); {args.png} removed")
     return 0
 
 
