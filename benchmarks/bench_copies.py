@@ -27,6 +27,7 @@ import numpy as np
 
 import dlpack_ref as dr
 from dlpack_ref.bench.chart import pyplot_or_remove
+from dlpack_ref.bench.measure import machine
 from dlpack_ref.bench.timing import compare
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -262,7 +263,8 @@ def main(argv=None) -> int:
     p.add_argument("--png", default=os.path.join(HERE, "results", "copies.png"))
     args = p.parse_args(argv)
     rounds = 7 if args.quick else 31
-    print(f"load average at start: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
+    start = machine()
+    print(f"load average at start: {start['load_average'][0]:.2f} on {start['cores']} CPUs")
     rows = []
     for title, cases in (("copies", copy_cases(args.big)), ("conversions", conversion_cases()),
                          ("small calls", small_cases())):
@@ -276,7 +278,8 @@ def main(argv=None) -> int:
         return 0
     print("peak memory")
     memory = peak_memory()
-    print(f"load average at end: {os.getloadavg()[0]:.2f}")
+    end = machine()
+    print(f"load average at end: {end['load_average'][0]:.2f}")
     failed = [r["case"] for r in rows + memory if not r["pass"]]
     print(f"{len(rows) + len(memory) - len(failed)} of {len(rows) + len(memory)} targets met"
           + (f"; missed: {', '.join(failed)}" if failed else ""))
@@ -284,6 +287,8 @@ def main(argv=None) -> int:
     with open(args.json, "w") as f:
         json.dump({"versions": {"numpy": np.__version__, "torch": getattr(torch, "__version__", None),
                                 "ml_dtypes": getattr(ml_dtypes, "__version__", None), "python": sys.version.split()[0]},
+                   "machine": {"cpu": start["cpu"], "cores": start["cores"],
+                               "load_average": {"start": start["load_average"], "end": end["load_average"]}},
                    "quick": args.quick, "rows": rows, "memory": memory}, f, indent=2)
     print(f"saved {args.json}")
     if save_chart(rows, args.png):
