@@ -60,7 +60,7 @@ def heatmap(doc: dict, path: str) -> None:
             if pair is not None and pair["status"] == "measured":
                 grid[i][j] = math.log10(pair["ns_median"])
     fig, ax = plt.subplots(figsize=(1.3 * len(consumers) + 3, 0.7 * len(producers) + 2.2))
-    image = ax.imshow(grid, cmap="viridis_r")
+    image = ax.imshow(grid, cmap="viridis_r", aspect="auto")
     ax.set_xticks(range(len(consumers)), consumers, rotation=30, ha="right")
     ax.set_yticks(range(len(producers)), producers)
     ax.set_xlabel("consumer (from_dlpack)")
