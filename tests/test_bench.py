@@ -254,6 +254,14 @@ def test_instructions_are_counted_per_pair(schema):
     assert doc["copies"]["memcpy"]["instructions"] is None   # copies are timed, not counted
 
 
+def test_valgrind_is_not_used_under_address_sanitizer(monkeypatch):
+    monkeypatch.setattr(shutil, "which", lambda name: "/usr/bin/valgrind")
+    monkeypatch.setenv("LD_PRELOAD", "/usr/lib/gcc/x86_64-linux-gnu/12/libasan.so")
+    assert "AddressSanitizer" in callgrind.missing()
+    monkeypatch.delenv("LD_PRELOAD")
+    assert callgrind.missing() is None
+
+
 def test_warnings_for_a_loaded_machine_and_a_missing_valgrind(monkeypatch):
     cores = os.cpu_count()
     monkeypatch.setattr(os, "getloadavg", lambda: (cores + 0.5, 1.0, 1.0))

@@ -42,6 +42,8 @@ def missing() -> str | None:
     """Why instructions cannot be counted here, or None when they can."""
     if shutil.which("valgrind") is None:
         return "valgrind is not installed"
+    if "asan" in os.environ.get("LD_PRELOAD", ""):
+        return "valgrind cannot run a process with AddressSanitizer preloaded (LD_PRELOAD)"
     return None
 
 
