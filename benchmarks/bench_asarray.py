@@ -1,5 +1,5 @@
 """Interleaved clock ratios of asarray's small calls and its 1 MiB copies
-against NumPy's (issue 20, item 2); callgrind_exchange.py counts the same
+against NumPy's; callgrind_exchange.py counts the same
 small calls in instructions, which load on the machine does not move.
 
     python benchmarks/bench_asarray.py [--rounds N]
@@ -8,15 +8,12 @@ small calls in instructions, which load on the machine does not move.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 import numpy as np
 
 import dlpack_ref as dr
-
-sys.path.insert(0, os.path.dirname(__file__))
-from interleave import compare  # noqa: E402
+from dlpack_ref.bench.timing import compare
 
 
 def cases():

@@ -1,5 +1,5 @@
 """Copies and dtype conversions side by side with NumPy, torch and ml_dtypes,
-in one process, the compared calls interleaved (benchmarks/interleave.py).
+in one process, the compared calls interleaved (dlpack_ref.bench.timing).
 
     python benchmarks/bench_copies.py [--quick] [--big] [--only TEXT] [--json PATH] [--png PATH]
 
@@ -8,7 +8,8 @@ threads, ml_dtypes), the measured ratio and its target (copies and
 conversions of NumPy data: 1.0 from 1 MiB on, 1.1 below), the same case
 with dlpack_ref on one thread against NumPy beside it, the peak memory of conversions (VmHWM of
 this process, reset before each), and saves benchmarks/results/copies.json
-and a chart benchmarks/results/copies.png. ``--big`` adds the 1 GiB copies
+and a chart benchmarks/results/copies.png (drawn by this run, or removed when
+matplotlib is missing: a chart never shows another run's numbers). ``--big`` adds the 1 GiB copies
 (about 4 GiB of memory). Instruction counts of the short calls:
 benchmarks/callgrind_exchange.py.
 """
@@ -22,14 +23,14 @@ import json
 import os
 import sys
 
+import numpy as np
+
+import dlpack_ref as dr
+from dlpack_ref.bench.chart import pyplot_or_remove
+from dlpack_ref.bench.measure import machine
+from dlpack_ref.bench.timing import compare
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-
-from interleave import compare  # noqa: E402
-
-import numpy as np  # noqa: E402
-
-import dlpack_ref as dr  # noqa: E402
 
 try:
     import torch
@@ -133,8 +134,8 @@ def small_cases() -> list:
 
 
 def size_target(nbytes: int) -> float:
-    """The target of a copy or conversion from NumPy or PyTorch data (issue
-    20): 1.0 from 1 MiB of input on, 1.1 below."""
+    """The target of a copy or conversion from NumPy or PyTorch data: 1.0
+    from 1 MiB of input on, 1.1 below."""
     return 1.0 if nbytes >= MIB else 1.1
 
 
@@ -154,7 +155,7 @@ def measure(cases, rounds: int) -> list:
     for group, case, ours, refs, limit in cases:
         gc.collect()
         budget = 0.002 if "GiB" in case or "64 MiB" in case else 0.01
-        # Threaded calls start each sample on a quiet machine (interleave.compare).
+        # Threaded calls start each sample on a quiet machine (timing.compare, quiet_s).
         quiet = QUIET_S if group != "small call" else 0.0
         stats = compare({"dlpack_ref": ours, **refs}, rounds=rounds, budget_s=budget, quiet_s=quiet)
         first_ref = next(iter(refs))
@@ -230,11 +231,10 @@ def peak_memory() -> list:
 
 
 def save_chart(rows, path) -> bool:
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    """Draw the ratios to `path`; False when matplotlib is missing (and an
+    earlier run's chart at `path` is then removed)."""
+    plt = pyplot_or_remove(path)
+    if plt is None:
         return False
     fig, ax = plt.subplots(figsize=(9, 0.32 * len(rows) + 1.2))
     names = [r["case"] for r in rows]
@@ -263,7 +263,8 @@ def main(argv=None) -> int:
     p.add_argument("--png", default=os.path.join(HERE, "results", "copies.png"))
     args = p.parse_args(argv)
     rounds = 7 if args.quick else 31
-    print(f"load average at start: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
+    start = machine()
+    print(f"load average at start: {start['load_average'][0]:.2f} on {start['cores']} CPUs")
     rows = []
     for title, cases in (("copies", copy_cases(args.big)), ("conversions", conversion_cases()),
                          ("small calls", small_cases())):
@@ -277,7 +278,8 @@ def main(argv=None) -> int:
         return 0
     print("peak memory")
     memory = peak_memory()
-    print(f"load average at end: {os.getloadavg()[0]:.2f}")
+    end = machine()
+    print(f"load average at end: {end['load_average'][0]:.2f}")
     failed = [r["case"] for r in rows + memory if not r["pass"]]
     print(f"{len(rows) + len(memory) - len(failed)} of {len(rows) + len(memory)} targets met"
           + (f"; missed: {', '.join(failed)}" if failed else ""))
@@ -285,10 +287,14 @@ def main(argv=None) -> int:
     with open(args.json, "w") as f:
         json.dump({"versions": {"numpy": np.__version__, "torch": getattr(torch, "__version__", None),
                                 "ml_dtypes": getattr(ml_dtypes, "__version__", None), "python": sys.version.split()[0]},
+                   "machine": {"cpu": start["cpu"], "cores": start["cores"],
+                               "load_average": {"start": start["load_average"], "end": end["load_average"]}},
                    "quick": args.quick, "rows": rows, "memory": memory}, f, indent=2)
     print(f"saved {args.json}")
     if save_chart(rows, args.png):
         print(f"saved {args.png}")
+    else:
+        print(f"no chart: matplotlib is not installed (pip install 'dlpack-ref[bench]'); {args.png} removed")
     return 0
 
 

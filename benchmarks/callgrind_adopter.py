@@ -7,10 +7,10 @@ vendored files into a temporary folder.
     python benchmarks/callgrind_adopter.py [--loops N] [--clock]
 
 ``--clock`` adds the wall-clock ratios of the same targets, interleaved
-(benchmarks/interleave.py: the compared calls alternate within every round
+(dlpack_ref.bench.timing: the compared calls alternate within every round
 and each keeps its minimum), beside the instruction counts.
 
-Targets (issue 18, item 4): an adopter's import costs at most
+Targets: an adopter's import costs at most
 numpy.from_dlpack of a NumPy array; its export at most ndarray.__dlpack__.
 """
 
@@ -25,6 +25,7 @@ import tempfile
 from pathlib import Path
 
 import dlpack_ref
+from dlpack_ref.bench.timing import compare
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -66,8 +67,6 @@ def build(folder: Path) -> None:
 def clock(folder: Path, rounds: int = 31) -> None:
     """Print the interleaved wall-clock ratio of each target."""
     import importlib.util
-
-    from interleave import compare
 
     import numpy as np
 

@@ -2,11 +2,10 @@
 conversion call, counted by callgrind.
 
 Wall-clock timings on a shared machine wander by tens of percent; the number
-of instructions a call executes does not. Each case runs in its own process
-under ``valgrind --tool=callgrind`` twice, with N and 2N loop iterations; the
-difference divided by N is the cost of one call with interpreter start-up,
-imports and setup cancelled out (hash seed fixed and the cycle collector off,
-so that both runs do the same work outside the loop).
+of instructions a call executes does not. Each case runs in a process of its
+own under callgrind, counted as ``dlpack-ref bench --instructions`` counts
+(``dlpack_ref.bench.callgrind``: N and 2N calls in a C loop, collected only
+inside it, the loop's own cost subtracted).
 
     python benchmarks/callgrind_exchange.py [--loops N] [--only NAME ...] [--annotate NAME]
 
@@ -19,10 +18,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
+
+from dlpack_ref.bench import callgrind
 
 # name -> (setup, statement); setup runs once, the statement N times.
 CASES = {
@@ -37,7 +37,7 @@ CASES = {
     "dlpack_ref.from_dlpack(torch)": ("import torch, dlpack_ref\nt = torch.zeros(16)", "dlpack_ref.from_dlpack(t)"),
     "tvm_ffi.from_dlpack(torch)": ("import torch, tvm_ffi\nt = torch.zeros(16)", "tvm_ffi.from_dlpack(t)"),
     "torch.from_dlpack(torch)": ("import torch\nt = torch.zeros(16)", "torch.from_dlpack(t)"),
-    # Short calls of the copies-and-conversions issue.
+    # Short calls of copies and conversions.
     "dlpack_ref.asarray(3.0)": ("import dlpack_ref", "dlpack_ref.asarray(3.0)"),
     "numpy.asarray(3.0)": ("import numpy as np", "np.asarray(3.0)"),
     "dlpack_ref.asarray([1.0, 2.0, 3.0])": ("import dlpack_ref", "dlpack_ref.asarray([1.0, 2.0, 3.0])"),
@@ -75,7 +75,7 @@ CASES = {
     "tvm_ffi.from_dlpack(torch) ndim 64": ("import torch, tvm_ffi\nt = torch.zeros((1,) * 64)", "tvm_ffi.from_dlpack(t)"),
 }
 
-# The issue's targets: (case, reference case, most allowed ratio).
+# The targets: (case, reference case, most allowed ratio).
 TARGETS = [
     ("dlpack_ref.from_dlpack(numpy)", "numpy.from_dlpack(numpy)", 1.0),
     ("dlpack_ref.from_dlpack(dlpack_ref)", "numpy.from_dlpack(numpy)", 0.6),
@@ -89,7 +89,7 @@ TARGETS = [
     ("dlpack_ref.from_dlpack(numpy, device='cpu')", "numpy.from_dlpack(numpy, device='cpu')", 3.0),
     ("Array.copy() 1 KiB", "ndarray.copy() 1 KiB", 1.1),
     ("dlpack_ref.from_dlpack(torch) ndim 64", "tvm_ffi.from_dlpack(torch) ndim 64", 1.0),
-    # Issue 20: asarray's dispatch in the core.
+    # asarray's dispatch.
     ("dlpack_ref.asarray(ndarray 1 KiB, copy=True)", "numpy.array(ndarray 1 KiB, copy=True)", 1.1),
     ("dlpack_ref.asarray(Array 1 KiB, copy=True)", "numpy.array(ndarray 1 KiB, copy=True)", 1.1),
     ("dlpack_ref.asarray(float64 1e4, dtype=float32)", "ndarray.astype(float32) 1e4", 1.1),
@@ -97,51 +97,14 @@ TARGETS = [
     ("dlpack_ref.from_dlpack(ndarray 1 KiB, copy=True)", "numpy.from_dlpack(ndarray 1 KiB, copy=True)", 1.1),
 ]
 
-# The loop runs inside map(): callgrind collects only inside map_next (with
-# its callees), so interpreter start-up and imports are not even counted.
-SCRIPT = """\
-{setup}
-import gc
-gc.disable()
-def call(_):
-    {stmt}
-for _ in map(call, range({warm})):
-    pass
-for _ in map(call, range({loops})):
-    pass
-"""
-# The cost of the loop itself (map_next calling a Python function), subtracted.
-BASELINE = ("", "None")
 
-
-def _instructions(setup: str, stmt: str, loops: int, keep: str | None = None) -> int:
-    with tempfile.TemporaryDirectory() as tmp:
-        script = os.path.join(tmp, "case.py")
-        out = os.path.join(tmp, "callgrind.out")
-        with open(script, "w") as f:
-            f.write(SCRIPT.format(setup=setup, stmt=stmt, loops=loops, warm=200))
-        subprocess.run(
-            ["valgrind", "--tool=callgrind", "--collect-atstart=no", "--toggle-collect=map_next",
-             f"--callgrind-out-file={out}", sys.executable, script],
-            check=True, env={**os.environ, "PYTHONHASHSEED": "0"}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        with open(out) as f:
-            for line in f:
-                if line.startswith("summary:") or line.startswith("totals:"):
-                    total = int(line.split()[1])
-        if keep:
-            shutil.copy(out, keep)
-        return total
-
-
-def _per_call(setup: str, stmt: str, loops: int, keep: str | None = None) -> float:
-    base = _instructions(setup, stmt, loops)
-    double = _instructions(setup, stmt, 2 * loops, keep)
-    return (double - base) / loops
-
-
-def measure(name: str, loops: int, keep: str | None = None, loop_cost: float = 0.0) -> float:
+def measure(name: str, loops: int, keep: str | None = None) -> tuple[float, float]:
+    """Instructions per call of one case (in a child of its own, under
+    callgrind), and the loop's own cost that was subtracted."""
     setup, stmt = CASES[name]
-    return _per_call(setup, stmt, loops, keep) - loop_cost
+    counts, loop_cost = callgrind.count("dlpack_ref.bench.callgrind:source_calls", [setup, {name: stmt}], loops,
+                                        keep={name: keep} if keep else None)
+    return counts[name], loop_cost
 
 
 def main(argv=None) -> int:
@@ -151,13 +114,12 @@ def main(argv=None) -> int:
     p.add_argument("--annotate", help="print callgrind_annotate of this case")
     p.add_argument("--json", default=os.path.join(os.path.dirname(__file__), "results", "callgrind.json"))
     args = p.parse_args(argv)
-    if shutil.which("valgrind") is None:
-        print("valgrind is not installed", file=sys.stderr)
+    why = callgrind.missing()
+    if why:
+        print(why, file=sys.stderr)
         return 2
     names = args.only or list(CASES)
-    loop_cost = _per_call(*BASELINE, args.loops)
-    print(f"{'(loop overhead, subtracted)':38s} {loop_cost:10.0f} instructions/call")
-    results = {}
+    results, loop_cost = {}, None
     # The kept profile's path, set apart from the loop's per-case `keep`
     # (None for every case but the annotated one, whatever its position).
     annotated = os.path.join(tempfile.gettempdir(), "callgrind.annotate.out") if args.annotate else None
@@ -166,11 +128,13 @@ def main(argv=None) -> int:
     for name in names:
         keep = annotated if name == args.annotate else None
         try:
-            results[name] = measure(name, args.loops, keep, loop_cost)
-        except (subprocess.CalledProcessError, ImportError) as exc:
+            results[name], loop_cost = measure(name, args.loops, keep)
+        except RuntimeError as exc:
             print(f"{name:38s} skipped ({exc})")
             continue
         print(f"{name:38s} {results[name]:10.0f} instructions/call", flush=True)
+    if loop_cost is not None:
+        print(f"{'(loop overhead, subtracted)':38s} {loop_cost:10.0f} instructions/call")
     print()
     for case, ref, limit in TARGETS:
         if case in results and ref in results:

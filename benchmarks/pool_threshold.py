@@ -1,6 +1,6 @@
 """Where the worker pool starts to pay: each case timed on one thread and
 split in two (every split forced, the pool's grain set to 1 byte), the two
-interleaved (benchmarks/interleave.py), over sizes in bytes moved (read plus
+interleaved (dlpack_ref.bench.timing.compare), over sizes in bytes moved (read plus
 written), the whole sweep repeated (--runs) and each ratio the median over
 the runs, so that a burst of load from other processes moves none of them.
 The threshold is the smallest size from which two threads beat one by at
@@ -24,15 +24,13 @@ import json
 import os
 import sys
 
+import numpy as np
+
+import dlpack_ref as dr
+from dlpack_ref import _dlpack_ref as core
+from dlpack_ref.bench.timing import compare
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-
-from interleave import compare  # noqa: E402
-
-import numpy as np  # noqa: E402
-
-import dlpack_ref as dr  # noqa: E402
-from dlpack_ref import _dlpack_ref as core  # noqa: E402
 
 KIB, MIB = 1 << 10, 1 << 20
 

@@ -1,22 +1,19 @@
 """``dlpack-ref check`` as a CI gate: exit statuses, allowances, any
 library through the generic adapter, the report formats and the JSON schema."""
 
-import contextlib
-import io
 import json
-import os
 import re
 import shutil
 import subprocess
 import sys
 import sysconfig
-from pathlib import Path
 
 import jsonschema
 import pytest
 
 import dlpack_ref as dr
 from dlpack_ref.conformance import adapters, cli, report, runner
+from support import command
 
 
 # A consumer broken on purpose in exactly two rules (tests/support/broken_consumer.py):
@@ -29,17 +26,8 @@ BROKEN_RULES = ["consumer.copy_true", "consumer.shape_null"]
 def _support_importable():
     """A library named by spec is imported afresh in each case's child
     process, which finds it on PYTHONPATH, as a user's own module would be."""
-    tests = str(Path(__file__).resolve().parent)
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [tests, os.environ.get("PYTHONPATH")])))
+    with command.support_importable():
         yield
-
-
-def _cli(argv):
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        rc = cli.main(argv, prog="dlpack-ref")
-    return rc, out.getvalue(), err.getvalue()
 
 
 @pytest.fixture(scope="module")
@@ -50,11 +38,11 @@ def schema():
 
 @pytest.fixture(scope="module")
 def broken_run():
-    return _cli(["check", "--library", "dlpack_ref", "--library", BROKEN, "--format", "json"])
+    return command.run(["check", "--library", "dlpack_ref", "--library", BROKEN, "--format", "json"])
 
 
 def test_json_of_dlpack_ref_alone_exits_0_and_matches_the_schema(schema):
-    rc, out, err = _cli(["check", "--library", "dlpack_ref", "--format", "json"])
+    rc, out, err = command.run(["check", "--library", "dlpack_ref", "--format", "json"])
     assert rc == 0
     data = json.loads(out)
     jsonschema.validate(data, schema)
@@ -81,7 +69,7 @@ def test_a_broken_consumer_fails_the_gate_on_exactly_its_rules(broken_run, schem
 
 
 def test_fail_on_dlpack_ref_gives_the_old_exit_status():
-    rc, out, _ = _cli(["check", "--library", "dlpack_ref", "--library", BROKEN, "--fail-on", "dlpack_ref",
+    rc, out, _ = command.run(["check", "--library", "dlpack_ref", "--library", BROKEN, "--fail-on", "dlpack_ref",
                        "--no-matrix"])
     assert rc == 0
     assert "pass (exit status 0): no failure that is not allowed in dlpack_ref" in out
@@ -91,9 +79,9 @@ def test_fail_on_dlpack_ref_gives_the_old_exit_status():
 def test_allow_file_and_allow_flag_clear_the_gate(tmp_path):
     allow = tmp_path / "allow.txt"
     allow.write_text(f"# the broken consumer's known findings\n{BROKEN} consumer.shape_null known, on purpose\n")
-    rc, out, _ = _cli(["check", "--library", BROKEN, "--allow-file", str(allow), "--no-matrix"])
+    rc, out, _ = command.run(["check", "--library", BROKEN, "--allow-file", str(allow), "--no-matrix"])
     assert rc == 1 and "FAIL (exit status 1): 1 failure(s) not allowed" in out
-    rc, out, _ = _cli(["check", "--library", BROKEN, "--allow-file", str(allow), "--allow", "consumer.copy_*",
+    rc, out, _ = command.run(["check", "--library", BROKEN, "--allow-file", str(allow), "--allow", "consumer.copy_*",
                        "--no-matrix"])
     assert rc == 0
     assert "[allowed: known, on purpose]" in out
@@ -103,20 +91,20 @@ def test_allow_file_and_allow_flag_clear_the_gate(tmp_path):
 def test_an_allow_line_without_a_reason_is_a_usage_error(tmp_path):
     allow = tmp_path / "allow.txt"
     allow.write_text("numpy consumer.shape_null\n")
-    rc, _, err = _cli(["check", "--library", "numpy", "--allow-file", str(allow)])
+    rc, _, err = command.run(["check", "--library", "numpy", "--allow-file", str(allow)])
     assert rc == cli.EXIT_USAGE
     assert "allow.txt:1: expected 'LIBRARY RULE REASON'" in err
 
 
 def test_a_missing_library_that_was_asked_for_exits_3():
-    rc, out, err = _cli(["check", "--library", "dlpack_ref", "--library", "no_such_lib_xyz", "--no-matrix"])
+    rc, out, err = command.run(["check", "--library", "dlpack_ref", "--library", "no_such_lib_xyz", "--no-matrix"])
     assert rc == cli.EXIT_MISSING == 3
     assert "no_such_lib_xyz: not checked (cannot be imported: ModuleNotFoundError" in out
 
 
 def test_without_library_the_known_ones_not_installed_are_listed(monkeypatch):
     monkeypatch.setattr(cli, "installed", lambda: (["dlpack_ref"], ["cupy", "torch"]))
-    rc, out, _ = _cli(["check", "--no-matrix"])
+    rc, out, _ = command.run(["check", "--no-matrix"])
     assert rc == 0
     assert "- cupy: not checked (not installed)" in out and "- torch: not checked (not installed)" in out
 
@@ -126,7 +114,7 @@ def test_any_module_through_the_generic_adapter():
     no tolist, values read by indexing and through DLPack."""
     subject = adapters.subject("array_api_strict:from_dlpack")
     assert subject.producer.tolist is None and subject.consumer.tolist is None
-    rc, out, _ = _cli(["check", "--library", "array_api_strict:from_dlpack", "--format", "json", "--no-matrix"])
+    rc, out, _ = command.run(["check", "--library", "array_api_strict:from_dlpack", "--format", "json", "--no-matrix"])
     [lib] = json.loads(out)["libraries"]
     by_id = {r["check"]: r for r in lib["results"]}
     assert "tolist" not in out
@@ -137,7 +125,7 @@ def test_any_module_through_the_generic_adapter():
 
 
 def test_a_consumer_that_crashes_is_reported_as_a_crash():
-    rc, out, _ = _cli(["check", "--library", "support.broken_consumer:crashing_from_dlpack", "--format", "json",
+    rc, out, _ = command.run(["check", "--library", "support.broken_consumer:crashing_from_dlpack", "--format", "json",
                        "--no-matrix"])
     [lib] = json.loads(out)["libraries"]
     failed = {r["check"]: r["detail"] for r in lib["results"] if r["status"] == "fail"}
@@ -148,14 +136,14 @@ def test_a_consumer_that_crashes_is_reported_as_a_crash():
 
 
 def test_markdown_is_escaped():
-    rc, out, _ = _cli(["check", "--library", "dlpack_ref", "--format", "markdown", "--no-matrix"])
+    rc, out, _ = command.run(["check", "--library", "dlpack_ref", "--format", "markdown", "--no-matrix"])
     assert rc == 0
     assert "## Libraries" in out and "| producer.copy\\_true\\_copies |" in out
     assert "__" not in out.replace("\\_\\_", "")
 
 
 def test_failure_lines_are_short_and_rules_are_stated_once():
-    rc, out, _ = _cli(["check", "--library", BROKEN, "--no-matrix"])
+    rc, out, _ = command.run(["check", "--library", BROKEN, "--no-matrix"])
     failures = out.split("Failures\n", 1)[1]
     lines = [line for line in failures.split("\n\nRules broken above:")[0].splitlines() if line.startswith("- ")]
     assert lines and all(len(line) <= 210 for line in lines)

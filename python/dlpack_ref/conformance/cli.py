@@ -1,9 +1,12 @@
 """``dlpack-ref check`` (also ``python -m dlpack_ref check``): run the
-conformance checks on libraries and gate on the result."""
+conformance checks on libraries and gate on the result; ``dlpack-ref bench``:
+benchmark the exchange between them (the :mod:`dlpack_ref.bench` package),
+with the same libraries, report formats and exit statuses."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import fnmatch
 import os
 import sys
@@ -80,7 +83,62 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     check.add_argument("--rules", action="append", metavar="PATTERN",
                        help="run only the rules whose id matches (shell-style, repeatable; e.g. 'cuda.*' for "
                        "the CUDA checks)")
+    _bench_parser(sub)
     return p
+
+
+_BENCH_EPILOG = f"""\
+libraries:
+  dlpack_ref always; without --library every installed one of
+  {', '.join(k for k in KNOWN if k != 'dlpack_ref')};
+  --library SPEC names one as `check` does (a known name, any module through
+  the array API or its __dlpack_conformance__ hook, module:from_dlpack) and
+  replaces that set, --installed adds it back: `--installed --library mylib`
+  benchmarks mylib against everyone.
+
+what is measured (docs/benchmarks.md):
+  every producer x consumer pair: consumer.from_dlpack(x) of a small array,
+  all pairs interleaved within every round, median and min, and whether the
+  result is the producer's memory (zero-copy, by pointer) or a copy; each
+  producer's __dlpack__() and __dlpack_device__() alone, and where its type
+  publishes a C exchange table, dlpack_ref's import through it beside the
+  import through __dlpack__; each library's from_dlpack(x, copy=True) of a
+  large array beside this machine's memcpy of the same bytes. Every call
+  runs once first in a child process: one that crashes, hangs or raises is
+  reported and not timed (timing runs in this one process).
+
+formats (--format, the report goes to stdout, progress and warnings to stderr):
+  table      plain text
+  markdown   the same as Markdown
+  json       machine-readable: the file bench.schema.json inside the
+             dlpack_ref.bench package
+
+exit status:
+  {EXIT_OK}  measured (whatever the numbers; a crashing pair is reported, not fatal)
+  {EXIT_FAILED}  the chart asked for with --plot cannot be drawn (matplotlib is
+     missing: checked before measuring, and an old chart at FILE is removed)
+  {EXIT_USAGE}  bad arguments
+  {EXIT_MISSING}  a library asked for with --library cannot be imported
+"""
+
+
+def _bench_parser(sub) -> None:
+    bench = sub.add_parser("bench", help="benchmark zero-copy exchange between the libraries",
+                           description="Benchmark from_dlpack between every pair of libraries, the producers'\n"
+                           "__dlpack__ and __dlpack_device__, and copy=True bandwidth, in one process.",
+                           epilog=_BENCH_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    bench.add_argument("--library", action="append", metavar="SPEC",
+                       help="a library to benchmark: a known name or any module[:from_dlpack] (repeatable)")
+    bench.add_argument("--installed", action="store_true",
+                       help="with --library: every installed known library too")
+    bench.add_argument("--format", choices=("table", "markdown", "json"), default="table",
+                       help="report format (default: table)")
+    bench.add_argument("--json", metavar="FILE", help="also write the JSON report to FILE")
+    bench.add_argument("--plot", metavar="FILE", help="draw the latency heatmap to FILE (.png or .svg; "
+                       "needs matplotlib, the 'bench' extra)")
+    bench.add_argument("--quick", action="store_true", help="a smoke run: fewer and shorter rounds")
+    bench.add_argument("--instructions", action="store_true",
+                       help="count instructions per call with callgrind too, where valgrind is installed (slow)")
 
 
 class _Progress:
@@ -165,10 +223,56 @@ def prog_name() -> str:
     return "python -m dlpack_ref" if base in ("__main__.py", "-c", "") or base.startswith("python") else base
 
 
+def _bench(args, progress: _Progress) -> int:
+    """Run ``bench`` as the arguments ask; returns the exit status."""
+    from dlpack_ref.bench import chart, measure, report
+
+    if args.plot:
+        if os.path.splitext(args.plot)[1].lower() not in chart.FORMATS:
+            progress.say(f"error: --plot {args.plot}: the file must end in {' or '.join(chart.FORMATS)}")
+            return EXIT_USAGE
+        existed = os.path.exists(args.plot)
+        if chart.pyplot_or_remove(args.plot) is None:
+            progress.say("error: --plot needs matplotlib (pip install 'dlpack-ref[bench]'); nothing was measured"
+                         + (f"; {args.plot}, an earlier run's chart, was removed" if existed else ""))
+            return EXIT_FAILED
+    wanted = list(args.library or [])
+    missing: dict[str, str] = {}
+    if not args.library or args.installed:
+        found, not_installed = installed()
+        wanted += found
+        missing.update((lib, "not installed") for lib in not_installed if lib not in wanted)
+    specs = []
+    for spec in dict.fromkeys(["dlpack_ref", *wanted]):
+        try:
+            adapter_subject(spec)
+        except Exception as e:
+            missing[spec] = f"cannot be imported: {type(e).__name__}: {e}"
+            progress.say(f"{spec}: {missing[spec]}")
+            continue
+        specs.append(spec)
+    if any(lib in missing for lib in args.library or []):
+        return EXIT_MISSING
+    settings = measure.QUICK if args.quick else measure.Settings()
+    if args.instructions:
+        settings = dataclasses.replace(settings, instructions=True)
+    doc = measure.measure(specs, settings, progress, missing)
+    print(report.render(doc, args.format))
+    if args.json:
+        with open(args.json, "w") as f:
+            f.write(report.render(doc, "json") + "\n")
+    if args.plot:
+        chart.heatmap(doc, args.plot)
+        progress.say(f"chart: {args.plot}")
+    return EXIT_OK
+
+
 def main(argv=None, prog: str | None = None) -> int:
     """Run the command line; returns the exit status."""
     args = _parser(prog or prog_name()).parse_args(sys.argv[1:] if argv is None else argv)
     progress = _Progress()
+    if args.command == "bench":
+        return _bench(args, progress)
     try:
         allow = AllowList.read(args.allow_file) if args.allow_file else AllowList()
     except (OSError, ValueError) as e:

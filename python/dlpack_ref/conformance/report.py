@@ -59,7 +59,8 @@ def md_escape(text: str) -> str:
     return text
 
 
-def _grid(header: list[str], rows: list[list[str]], markdown: bool) -> str:
+def grid(header: list[str], rows: list[list[str]], markdown: bool) -> str:
+    """Rows under a header: a Markdown table, or plain text in aligned columns."""
     if markdown:
         lines = ["| " + " | ".join(md_escape(h) for h in header) + " |", "|" + "|".join("---" for _ in header) + "|"]
         lines += ["| " + " | ".join(md_escape(c) for c in r) + " |" for r in rows]
@@ -84,7 +85,7 @@ def _check_grid(run: Run, prefix: str, markdown: bool) -> str:
                     mark += " (allowed)"
                 cells[(lib, r.rule.id)] = mark
     rows = [[cid] + [cells.get((lib, cid), "-") for lib in libs] for cid in order]
-    return _grid(["check"] + libs, rows, markdown)
+    return grid(["check"] + libs, rows, markdown)
 
 
 def _failure_lines(run: Run, markdown: bool) -> list[str]:
@@ -150,10 +151,15 @@ def render(run: Run, fmt: str = "table") -> str:
         consumers = [c for c in libs if any(k[1] == c for k in run.matrix)]
         rows = [[p] + [cell_text(run.matrix.get((p, c), {"works": False})) for c in consumers] for p in producers]
         out += [f"{h}Exchange matrix (rows: producer, columns: consumer's from_dlpack)",
-                _grid(["producer \\ consumer"] + consumers, rows, md), ""]
+                grid(["producer \\ consumer"] + consumers, rows, md), ""]
     out += [f"{h}Failures", *_failure_lines(run, md), ""]
     out += [f"{h}Gate", esc(_gate_line(run))]
     return "\n".join(out)
+
+
+def tool() -> dict:
+    """This tool's name and version, and the DLPack version it implements, for reports."""
+    return {"name": "dlpack-ref", "version": dlpack_ref.__version__, "dlpack_version": list(dlpack_ref.DLPACK_VERSION)}
 
 
 def environment() -> dict:
@@ -175,8 +181,7 @@ def to_json(run: Run) -> dict:
                           "summary": None, "results": []})
     return {
         "schema_version": SCHEMA_VERSION,
-        "tool": {"name": "dlpack-ref", "version": dlpack_ref.__version__,
-                 "dlpack_version": list(dlpack_ref.DLPACK_VERSION)},
+        "tool": tool(),
         "environment": environment(),
         "libraries": libraries,
         "exchange": [{"producer": p, "consumer": c, **cell} for (p, c), cell in run.matrix.items()],

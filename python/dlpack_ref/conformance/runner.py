@@ -14,6 +14,7 @@ in flight is reported as crashed and a fresh worker takes the rest.
 from __future__ import annotations
 
 import faulthandler
+import importlib
 import json
 import os
 import queue
@@ -60,7 +61,12 @@ def tasks_for(subject: Subject, only: Iterable[str] | None = None) -> list[dict]
 
 
 def perform(task: dict, subject: Subject | None) -> dict:
-    """Child side: one task's outcome, a JSON-able dict."""
+    """Child side: one task's outcome, a JSON-able dict. A task of kind
+    ``"function"`` names its own ``"module:function"``, called with the task
+    (how other commands, ``dlpack-ref bench``, run a call in a child)."""
+    if task["kind"] == "function":
+        module, _, attr = task["function"].partition(":")
+        return getattr(importlib.import_module(module), attr)(task)
     if task["kind"] == "producer":
         return run_producer_check(subject.producer, task["rule"]).to_dict()
     if task["kind"] == "consumer":

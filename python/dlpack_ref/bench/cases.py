@@ -1,0 +1,182 @@
+"""What ``dlpack-ref bench`` measures: each call named by a key, built from
+the conformance adapters (the arrays every library's factory makes), and
+the probe that runs one call once in a child process before the benchmark
+runs it in its own.
+
+Keys (tuples of strings; lists once they have been through JSON):
+
+``("pair", P, C)``
+    ``C.from_dlpack(x)``, x a small array of producer P (the result dropped).
+``("dlpack", P)``, ``("device", P)``
+    ``x.__dlpack__()`` and ``x.__dlpack_device__()`` alone.
+``("capsule", P)``
+    ``dlpack_ref.from_dlpack(x.__dlpack__(max_version=(1, 3)))``: the import
+    through ``__dlpack__``, measured beside ``("pair", P, "dlpack_ref")``
+    (the import through P's C exchange table) for types that publish one.
+``("copy", L)``
+    ``L.from_dlpack(big, copy=True)``, big a large array of library L.
+``("memcpy",)``
+    ``memmove`` of the same bytes between two buffers made once: what the
+    machine's own copy costs.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+from typing import Callable
+
+import dlpack_ref
+
+from dlpack_ref.conformance.adapters import subject
+from dlpack_ref.conformance.model import data_pointer, exc_name, short
+
+#: The small array every producer makes for the latency cases.
+SMALL_SHAPE = (16,)
+DTYPE = "float32"
+_ITEMSIZE = 4
+
+
+def plan(producers: list[str], consumers: list[str]) -> list[tuple[str, ...]]:
+    """Every key of the latency cases and the copies, in report order."""
+    keys: list[tuple[str, ...]] = [("pair", p, c) for p in producers for c in consumers]
+    for p in producers:
+        keys += [("dlpack", p), ("device", p), ("capsule", p)]
+    keys += [("copy", c) for c in consumers]
+    keys.append(("memcpy",))
+    return keys
+
+
+def is_copy(key: tuple[str, ...]) -> bool:
+    """Whether a key names a call on the large array (bandwidth, not latency)."""
+    return key[0] in ("copy", "memcpy")
+
+
+def name(key: tuple[str, ...]) -> str:
+    """A key as one string (the name callgrind and progress lines use)."""
+    return "|".join(key)
+
+
+class Arrays:
+    """The arrays the calls work on, made once each, on first use (a library
+    whose factory fails is met only by the keys that need it)."""
+
+    def __init__(self, copy_bytes: int):
+        self.copy_bytes = copy_bytes
+
+    @functools.cache
+    def small(self, spec: str):
+        """Producer ``spec``'s small array."""
+        producer = subject(spec).producer
+        if producer is None:
+            raise LookupError(f"{spec} has no producer adapter")
+        return producer.make(DTYPE, SMALL_SHAPE)
+
+    @functools.cache
+    def filled(self, which: str) -> dlpack_ref.Array:
+        """A large dlpack_ref array written once (pages mapped, not the zero
+        page): ``"source"`` and ``"target"`` of the memcpy."""
+        a = dlpack_ref.empty((self.copy_bytes // _ITEMSIZE,), dtype=DTYPE)
+        a[...] = 1.0 if which == "source" else 0.0
+        return a
+
+    @functools.cache
+    def big(self, spec: str):
+        """Library ``spec``'s own large array: the source imported by its
+        ``from_dlpack``."""
+        return _consumer(spec).from_dlpack(self.filled("source"))
+
+
+def _consumer(spec: str):
+    consumer = subject(spec).consumer
+    if consumer is None:
+        raise LookupError(f"{spec} has no from_dlpack adapter")
+    return consumer
+
+
+def call_of(key: tuple[str, ...], arrays: Arrays) -> Callable[[], object]:
+    """The call a key names, its arrays made (see the module docstring)."""
+    kind = key[0]
+    if kind == "pair":
+        x, from_dlpack = arrays.small(key[1]), _consumer(key[2]).from_dlpack
+        return lambda: from_dlpack(x)
+    # Every call is a Python function calling one thing, as callgrind's
+    # empty call (the loop's cost, subtracted) is.
+    if kind == "dlpack":
+        x = arrays.small(key[1])
+        return lambda: x.__dlpack__()
+    if kind == "device":
+        x = arrays.small(key[1])
+        return lambda: x.__dlpack_device__()
+    if kind == "capsule":
+        x, version, import_capsule = arrays.small(key[1]), dlpack_ref.DLPACK_VERSION, dlpack_ref.from_dlpack
+        return lambda: import_capsule(x.__dlpack__(max_version=version))
+    if kind == "copy":
+        big, from_dlpack = arrays.big(key[1]), _consumer(key[1]).from_dlpack
+        return lambda: from_dlpack(big, copy=True)
+    if kind == "memcpy":
+        dst, src, n = arrays.filled("target").data_ptr, arrays.filled("source").data_ptr, arrays.copy_bytes
+        return lambda: ctypes.memmove(dst, src, n)
+    raise ValueError(f"unknown case {key!r}")
+
+
+def calls(keys: list[list[str]], copy_bytes: int) -> dict[str, Callable[[], object]]:
+    """name -> call of each key: the factory the instruction counts run
+    (``callgrind.count("dlpack_ref.bench.cases:calls", ...)``)."""
+    arrays = Arrays(copy_bytes)
+    return {name(tuple(k)): call_of(tuple(k), arrays) for k in keys}
+
+
+@functools.cache
+def _process_arrays(copy_bytes: int) -> Arrays:
+    return Arrays(copy_bytes)
+
+
+def probe(task: dict) -> dict:
+    """Child side of the pre-flight: run the call of ``task["key"]`` once.
+
+    Returns
+    -------
+    dict
+        ``{"ok": True}`` with what the call showed (``zero_copy`` for a pair:
+        the result's first element is the producer's; ``copied`` for a copy;
+        ``table``: the exchange-table version dlpack_ref would use for the
+        producer's type, or None), or ``{"ok": False, "stage", "exc_type",
+        "exc_message"}`` when the arrays could not be made (stage
+        ``"make"``) or the call raised (stage ``"call"``). A crash or a hang
+        is the runner's to report.
+    """
+    key = tuple(task["key"])
+    arrays = _process_arrays(task["copy_bytes"])
+    try:
+        call = call_of(key, arrays)
+    except Exception as e:
+        return {"ok": False, "stage": "make", "exc_type": exc_name(e), "exc_message": short(e)}
+    try:
+        result = call()
+    except Exception as e:
+        return {"ok": False, "stage": "call", "exc_type": exc_name(e), "exc_message": short(e)}
+    outcome: dict = {"ok": True}
+    if key[0] == "pair":
+        outcome["zero_copy"] = _same_memory(_consumer(key[2]), result, arrays.small(key[1]))
+    elif key[0] == "copy":
+        same = _same_memory(_consumer(key[1]), result, arrays.big(key[1]))
+        outcome["copied"] = None if same is None else not same
+    elif key[0] == "capsule":
+        outcome["table"] = _table_version(arrays.small(key[1]))
+    return outcome
+
+
+def _same_memory(consumer, result, x) -> bool | None:
+    """Whether ``result`` (of ``consumer``) starts where ``x`` exports its
+    data: zero-copy by pointer. A producer that copies on every export is
+    caught too, since its next export is another copy. None: unreadable."""
+    try:
+        return consumer.pointer(result) == data_pointer(x)
+    except Exception:
+        return None
+
+
+def _table_version(x) -> list[int] | None:
+    version = dlpack_ref.exchange_api_version(type(x))
+    return None if version is None else list(version)
