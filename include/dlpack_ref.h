@@ -1944,6 +1944,28 @@ static inline PyObject* dlpack_ref_priv_ask_device(PyObject* x) {
     return answer;
 }
 
+/* Whether x has `__dlpack_device__` (1; 0 with nothing set; -1 with an
+ * error), without calling it: the type's attribute, looked up through the
+ * type's own attribute cache, or any attribute of x. */
+static inline int dlpack_ref_priv_has_dlpack_device(PyObject* x) {
+    const dlpack_ref_names* n = dlpack_ref_protocol_names();
+    if (n == NULL) return -1;
+#ifdef DLPACK_REF_TYPE_MEMO
+    if (_PyType_Lookup(Py_TYPE(x), n->dlpack_device) != NULL) return 1;   /* borrowed */
+#endif
+#if PY_VERSION_HEX >= 0x030D0000
+    return PyObject_HasAttrWithError(x, n->dlpack_device);
+#else
+    {
+        PyObject* found = PyObject_GetAttr(x, n->dlpack_device);
+        if (found != NULL) { Py_DECREF(found); return 1; }
+        if (!PyErr_ExceptionMatches(PyExc_AttributeError)) return -1;
+        PyErr_Clear();
+        return 0;
+    }
+#endif
+}
+
 /* An answer of x.__dlpack_device__(), checked: a (device_type, device_id)
  * tuple of two ints naming a DLPack 1.3 device (TypeError otherwise). */
 static inline int dlpack_ref_priv_device_of_answer(PyObject* x, PyObject* answer, DLDevice* out) {
@@ -2070,13 +2092,14 @@ static inline int dlpack_ref_priv_take_returned(PyObject* capsule, DLPackRefTens
 }
 
 /* The plain request, from_dlpack(x) with nothing asked: x.__dlpack__(
- * max_version=(1, 3)) (the legacy call on TypeError), then its
- * __dlpack_device__ checked against the tensor (asked after, so that
- * __dlpack__'s refusals come first; a mismatch runs the deleter). */
+ * max_version=(1, 3)) (the legacy call on TypeError). __dlpack_device__ must
+ * exist (checked after, so that __dlpack__'s refusals come first; its
+ * absence runs the deleter) but is not called: nothing of this request
+ * depends on it (no device, copy or stream is asked of the producer), and
+ * the tensor says where it is, as a tensor from an exchange table does. */
 static inline int dlpack_ref_priv_take_plain(PyObject* x, DLPackRefTensor* out) {
     const dlpack_ref_names* n = dlpack_ref_protocol_names();
-    PyObject *capsule, *answer;
-    DLDevice announced;
+    PyObject* capsule;
     int r;
     if (n == NULL) return -1;
     capsule = dlpack_ref_priv_call_dlpack(x, 1, NULL, NULL, NULL);
@@ -2093,18 +2116,11 @@ static inline int dlpack_ref_priv_take_plain(PyObject* x, DLPackRefTensor* out) 
         capsule = dlpack_ref_priv_call_dlpack(x, 0, NULL, NULL, NULL);
     }
     if (dlpack_ref_priv_take_returned(capsule, out) < 0) return -1;
-    answer = dlpack_ref_priv_ask_device(x);
-    if (answer != NULL && dlpack_ref_device_answer_is(answer, out->dl_tensor->device)) {
-        Py_DECREF(answer);
-        return 0;
-    }
-    r = answer == NULL ? -1 : dlpack_ref_priv_device_of_answer(x, answer, &announced);
-    Py_XDECREF(answer);
-    if (r < 0) {
-        DLPACK_REF_PRIV_KEEP_ERROR(dlpack_ref_release(out));
-        return -1;
-    }
-    return dlpack_ref_priv_check_announced(x, out, announced);
+    r = dlpack_ref_priv_has_dlpack_device(x);
+    if (r > 0) return 0;
+    if (r == 0) dlpack_ref_priv_not_dlpack(x);
+    DLPACK_REF_PRIV_KEEP_ERROR(dlpack_ref_release(out));
+    return -1;
 }
 
 /* The arguments of `from_dlpack(x, /, *, device=None, copy=None)` for a
@@ -2179,50 +2195,28 @@ static inline int dlpack_ref_consumer_source(PyObject* x, DLDevice* source) {
     return dlpack_ref_announced_device(x, source);
 }
 
-/* dlpack_ref_consumer_source, where a failure is not the end: when
- * x.__dlpack_device__() fails or gives an unusable answer (any Exception)
- * and `api`, the exchange table of x's type (NULL: none; looked up
- * beforehand, since nothing may run while the device's error is pending),
- * gives x's tensor, that
- * tensor is taken (the plain request's, exactly what from_dlpack(x) takes:
- * no device, copy or stream is asked of the producer) and its
- * DLTensor.device is the source, so that every request accepts the
- * producers the plain request accepts. 1: taken into *out and *source set
- * (the caller moves or copies it itself, as for a producer that cannot);
- * 0: *source announced, nothing taken; -1: __dlpack_device__'s error (the
- * table gave nothing), or an exception that is no Exception. */
-static inline int dlpack_ref_consumer_source_or_table(PyObject* x, const DLPackExchangeAPI* api, DLDevice* source,
+/* dlpack_ref_consumer_source, where an unusable answer is not the end:
+ * when x.__dlpack_device__() fails or gives an answer that names no device
+ * (any Exception), the request cannot be built on it, and the plain
+ * request's tensor is taken instead (dlpack_ref_consumer_plain: through
+ * `api`, the exchange table of x's type, else `x.__dlpack__(max_version=
+ * (1, 3))`; no device, copy or stream is asked of the producer): its
+ * DLTensor.device is the source, and the caller moves or copies it itself,
+ * as for a producer that cannot. So every request accepts the producers the
+ * plain request accepts, and refuses those it refuses with the same error.
+ * 1 or 2: taken into *out, *source set (2: through the table, which is
+ * "NoSync": ordering a CUDA tensor is the caller's); 0: *source announced,
+ * nothing taken; -1: the plain request's error, or an exception that is no
+ * Exception. */
+static inline int dlpack_ref_consumer_source_or_plain(PyObject* x, const DLPackExchangeAPI* api, DLDevice* source,
                                                       DLPackRefTensor* out) {
-    int taken;
-#if PY_VERSION_HEX >= 0x030C0000
-    PyObject* device_error;
-#else
-    PyObject *error_type, *error_value, *error_tb;
-#endif
+    int by_table;
     if (dlpack_ref_consumer_source(x, source) == 0) return 0;
-    if (api == NULL || !PyErr_ExceptionMatches(PyExc_Exception)) return -1;
-#if PY_VERSION_HEX >= 0x030C0000
-    device_error = PyErr_GetRaisedException();
-#else
-    PyErr_Fetch(&error_type, &error_value, &error_tb);
-#endif
-    taken = dlpack_ref_priv_take_by_table(api, x, out);
-    if (taken != 0) {   /* the table's tensor, or an interrupt: the device's error is moot */
-#if PY_VERSION_HEX >= 0x030C0000
-        Py_DECREF(device_error);
-#else
-        Py_XDECREF(error_type); Py_XDECREF(error_value); Py_XDECREF(error_tb);
-#endif
-        if (taken < 0) return -1;
-        *source = out->dl_tensor->device;
-        return 1;
-    }
-#if PY_VERSION_HEX >= 0x030C0000
-    PyErr_SetRaisedException(device_error);
-#else
-    PyErr_Restore(error_type, error_value, error_tb);
-#endif
-    return -1;
+    if (!PyErr_ExceptionMatches(PyExc_Exception)) return -1;
+    PyErr_Clear();
+    if ((by_table = dlpack_ref_consumer_plain(x, api, out)) < 0) return -1;
+    *source = out->dl_tensor->device;
+    return 1 + by_table;
 }
 
 /* x.__dlpack__(max_version=(1, 3), stream=stream, dl_device=*target,
@@ -2295,10 +2289,9 @@ static inline int dlpack_ref_consumer_copy_needed(PyObject* x, DLDevice mem, uin
  *   - a producer that refuses dl_device/copy with BufferError (or ValueError,
  *     NumPy before 2.4) is asked the plain request and the caller moves or
  *     copies; a producer's tensor must be on the device its
- *     __dlpack_device__ announced; one whose __dlpack_device__ fails but
- *     whose type's table gives its tensor is taken through the table
- *     (dlpack_ref_consumer_source_or_table) and moved or copied by the
- *     caller.
+ *     __dlpack_device__ announced; one whose __dlpack_device__ fails or
+ *     names no device gives the plain request's tensor, moved or copied by
+ *     the caller (dlpack_ref_consumer_source_or_plain).
  * It is the four pieces above in order (dlpack_ref_consumer_plain, _source,
  * _call, _copy_needed), which a consumer with its own fast paths and stream
  * layer (dlpack-ref's core) calls one by one. */
@@ -2330,7 +2323,7 @@ static inline int dlpack_ref_consumer_take(PyObject* x, PyObject* device, PyObje
         PyObject* owner;
         const DLPackExchangeAPI* api = dlpack_ref_exchange_api_memo_ref(&dlpack_ref_priv_api_memo, Py_TYPE(x), &owner);
         if (api == NULL && PyErr_Occurred()) return -1;
-        r = dlpack_ref_consumer_source_or_table(x, api, &source, out);
+        r = dlpack_ref_consumer_source_or_plain(x, api, &source, out);
         Py_XDECREF(owner);
         if (r < 0) return -1;
         if (!have_target) *target = source;

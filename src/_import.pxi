@@ -215,18 +215,18 @@ cdef Array _from_dlpack(object x, object device, object copy):
         return _finish_import(a, x, target if have_target else a._device, copy, False)
     cdef void* api = _exchange_api_of(type(x))
     a = Array.__new__(Array)
-    cdef bint by_table = dlpack_ref_consumer_source_or_table(x, <const DLPackExchangeAPI*>api, &source, &taken)
-    if by_table:
+    cdef int taken_plain = dlpack_ref_consumer_source_or_plain(x, <const DLPackExchangeAPI*>api, &source, &taken)
+    if taken_plain:
         _own_taken(a, &taken)
     if not have_target:
         target = source
     stream = None
     if dlpack_ref_device_cuda_family(source.device_type) and (_stream_contexts() or dlpack_ref_device_cuda_family(target.device_type)):
         stream = _cuda().consumer_stream_for(_device_object(source), _device_object(target))
-    if by_table:
-        # Its __dlpack_device__ failed; its table gave the plain request's
-        # tensor, which is moved or copied here.
-        if dlpack_ref_device_cuda_family(a._device.device_type):
+    if taken_plain:
+        # Its __dlpack_device__ named no device: the plain request's tensor
+        # (its table's, else __dlpack__'s), moved or copied here.
+        if taken_plain == 2 and dlpack_ref_device_cuda_family(a._device.device_type):
             _order_after_table_export(<DLPackExchangeAPI*>api, x, a)
         return _finish_import(a, x, target, copy, False, stream)
     dlpack_ref_consumer_call(x, stream, &target if have_target else NULL, copy, source, &taken, &producer_did_it)

@@ -223,10 +223,12 @@ cdef extern from "dlpack_ref.h":
     # a refusal leaves the tensor to its holder)
     int dlpack_ref_consumer_plain(object x, const DLPackExchangeAPI* api, DLPackRefTensor* out) except -1
     int dlpack_ref_consumer_source(object x, DLDevice* source) except -1
-    # the same, with a failure of __dlpack_device__ answered by the type's
-    # table (api, looked up beforehand; NULL: none): 1 when its tensor was
-    # taken (its device is the source; the caller moves or copies it)
-    int dlpack_ref_consumer_source_or_table(object x, const DLPackExchangeAPI* api, DLDevice* source,
+    # the same, with an unusable __dlpack_device__ answer replaced by the
+    # plain request's tensor (through api, the type's table, looked up
+    # beforehand, else __dlpack__): 1 when it was taken through __dlpack__,
+    # 2 through the table (its device is the source; the caller moves or
+    # copies it, and orders a table's CUDA tensor)
+    int dlpack_ref_consumer_source_or_plain(object x, const DLPackExchangeAPI* api, DLDevice* source,
                                             DLPackRefTensor* out) except -1
     int dlpack_ref_consumer_call(object x, object stream, const DLDevice* target, object copy, DLDevice source,
                                  DLPackRefTensor* out, int* producer_did_it) except -1

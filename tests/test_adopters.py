@@ -517,7 +517,7 @@ def test_the_vectorcall_entries_parse_their_arguments_as_python_does(adopter):
     assert u.data_ptr != x.ctypes.data and np.from_dlpack(u).tolist() == [0.0, 1.0, 2.0]
 
 
-def test_the_plain_import_refuses_non_producers_and_checks_the_device(adopter):
+def test_the_import_refuses_non_producers_and_a_request_checks_the_device(adopter):
     import numpy as np
     c = _imported(adopter)
 
@@ -544,7 +544,9 @@ def test_the_plain_import_refuses_non_producers_and_checks_the_device(adopter):
     with pytest.raises(TypeError, match="not int"):
         c.from_dlpack(42)
     with pytest.raises(BufferError, match=r"says \(2, 0\) but its capsule's tensor is on \(1, 0\)"):
-        c.from_dlpack(WrongDevice())
+        c.from_dlpack(WrongDevice(), copy=True)     # the request was built on the announced device
+    wrong = WrongDevice()
+    assert c.from_dlpack(wrong).data_ptr == wrong.x.ctypes.data   # the plain request: the tensor's device
     legacy = Legacy()
     assert c.from_dlpack(legacy).data_ptr == legacy.x.ctypes.data
 

@@ -286,14 +286,17 @@ def test_consumer_takes_through_the_table_when_dlpack_device_is_unusable(ext, ho
     assert hostile_table.fresh_counts(hostile_lib)[2] == exports + 1
 
 
-def test_consumer_refuses_an_unusable_device_answer_without_a_table(ext):
+def test_consumer_takes_the_plain_request_of_an_unusable_device_answer_without_a_table(ext):
+    source = np.arange(3.0)
+
     class Unplaced:
         def __dlpack__(self, **kwargs):
-            return np.arange(3.0).__dlpack__(**kwargs)
+            return source.__dlpack__(**kwargs)
 
         def __dlpack_device__(self):
             return (1, None)
 
     for kwargs in ({}, {"copy": True}, {"device": (1, 0)}):
-        with pytest.raises(TypeError, match=r"returned \(1, None\); expected a \(device_type, device_id\) tuple"):
-            ext.consume(Unplaced(), **kwargs)
+        described, target, must_copy = ext.consume(Unplaced(), **kwargs)
+        assert described[0] == source.ctypes.data and target == (1, 0)
+        assert must_copy is bool(kwargs.get("copy"))

@@ -39,11 +39,19 @@ class Recorder:
         return self.factory.make(shape=(3,))
 
 
-def test_dlpack_device_is_called_with_no_arguments(factory):
+def test_the_plain_request_calls_only_dunder_dlpack(factory):
+    # Nothing of it depends on the device (the tensor says where it is).
     producer = Recorder(factory)
     from_dlpack(producer)
-    assert producer.device_calls == [((), {})]
+    assert producer.device_calls == []
     assert producer.dlpack_calls == [((), {"max_version": (1, 3)})]
+
+
+def test_dlpack_device_is_called_with_no_arguments_before_a_request(factory):
+    producer = Recorder(factory)
+    from_dlpack(producer, copy=True)
+    assert producer.device_calls == [((), {})]
+    assert producer.dlpack_calls == [((), {"max_version": (1, 3), "copy": True})]
 
 
 @pytest.mark.parametrize("kwargs, expected", [
