@@ -12,27 +12,19 @@
 #include <Python.h>
 
 #define ADOPTER "cpp_adopter"   /* the module name, in messages */
+
+namespace {
+/* Thrown once a Python exception is set; the error stays set meanwhile. */
+struct PythonError {
+    void restore() noexcept {}
+};
+}  // namespace
+
 #include "cpu_array.hpp"
 
 namespace {
 
-/* --- the Python boundary: RAII references and one error translation ------- */
-
-/* Thrown once a Python exception is set; caught at the boundary. */
-struct PyErrorSet {};
-
-[[noreturn]] void throw_python_error() { throw PyErrorSet{}; }
-
-void set_python_error() noexcept {
-    try {
-        throw;
-    } catch (const PyErrorSet&) {
-    } catch (const std::bad_alloc&) {
-        PyErr_NoMemory();
-    } catch (const std::exception& e) {
-        PyErr_SetString(PyExc_RuntimeError, e.what());
-    }
-}
+/* --- the Python boundary: RAII references ---------------------------------- */
 
 /* An owned reference, released when it goes out of scope. */
 class Ref {

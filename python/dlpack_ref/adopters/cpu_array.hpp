@@ -14,11 +14,12 @@
  * and __dlpack__ and from_dlpack as METH_FASTCALL | METH_KEYWORDS entries.
  *
  * Include it after Python.h (or the binding library's header) with ADOPTER
- * defined as the module's name (used in messages). The binding defines the
- * four functions declared "defined by the binding": how a Python error
- * travels through its C++ code (each binding library has its own exception
- * for that), where its Python object keeps the Array, and how it makes a new
- * object holding one. */
+ * defined as the module's name (used in messages) and, in an unnamed
+ * namespace, `PythonError`: the exception a set Python error travels as
+ * through the binding's C++ code (each binding library has its own). The
+ * binding defines the two functions declared "defined by the binding": where
+ * its Python object keeps the Array, and how it makes a new object holding
+ * one. */
 #ifndef CPU_ARRAY_HPP
 #define CPU_ARRAY_HPP
 
@@ -40,13 +41,25 @@
 
 namespace {
 
-/* --- errors: defined by the binding ------------------------------------------ */
+/* --- errors ------------------------------------------------------------------ */
 
-/* Throw the Python exception that is set as the binding's C++ exception. */
-[[noreturn]] void throw_python_error();
-/* Inside a catch block: set the exception being handled as the Python error
- * (for code that returns to C, which no C++ exception may cross). */
-void set_python_error() noexcept;
+/* A set Python error travels through C++ code as the binding's own exception,
+ * `PythonError` (declared by the binding before this file): constructed when
+ * the error is set, restore()d into Python at the boundary. */
+[[noreturn]] inline void throw_python_error() { throw PythonError(); }
+
+/* Inside a catch block: the exception being handled as the Python error. */
+inline void set_python_error() noexcept {
+    try {
+        throw;
+    } catch (PythonError& e) {
+        e.restore();
+    } catch (const std::bad_alloc&) {
+        PyErr_NoMemory();
+    } catch (const std::exception& e) {
+        PyErr_SetString(PyExc_RuntimeError, e.what());
+    }
+}
 
 [[noreturn]] inline void raise(PyObject* type, const std::string& message) {
     PyErr_SetString(type, message.c_str());

@@ -13,27 +13,16 @@
 #include <nanobind/nanobind.h>
 
 #define ADOPTER "nanobind_adopter"   /* the module name, in messages */
-#include "cpu_array.hpp"
-
 namespace nb = nanobind;
 
 namespace {
+/* A set Python error travels as nb::python_error. */
+using PythonError = nb::python_error;
+}  // namespace
 
-/* --- errors: a set Python error travels as nb::python_error ---------------- */
+#include "cpu_array.hpp"
 
-[[noreturn]] void throw_python_error() { throw nb::python_error(); }
-
-void set_python_error() noexcept {
-    try {
-        throw;
-    } catch (nb::python_error& e) {
-        e.restore();
-    } catch (const std::bad_alloc&) {
-        PyErr_NoMemory();
-    } catch (const std::exception& e) {
-        PyErr_SetString(PyExc_RuntimeError, e.what());
-    }
-}
+namespace {
 
 /* --- the Python objects --------------------------------------------------- */
 

@@ -14,29 +14,16 @@
 #include <pybind11/pybind11.h>
 
 #define ADOPTER "pybind11_adopter"   /* the module name, in messages */
-#include "cpu_array.hpp"
-
 namespace py = pybind11;
 
 namespace {
+/* A set Python error travels as py::error_already_set. */
+using PythonError = py::error_already_set;
+}  // namespace
 
-/* --- errors: a set Python error travels as py::error_already_set ---------- */
+#include "cpu_array.hpp"
 
-[[noreturn]] void throw_python_error() { throw py::error_already_set(); }
-
-void set_python_error() noexcept {
-    try {
-        throw;
-    } catch (py::error_already_set& e) {
-        e.restore();
-    } catch (const py::builtin_exception& e) {
-        e.set_error();
-    } catch (const std::bad_alloc&) {
-        PyErr_NoMemory();
-    } catch (const std::exception& e) {
-        PyErr_SetString(PyExc_RuntimeError, e.what());
-    }
-}
+namespace {
 
 /* --- the Python objects --------------------------------------------------- */
 
