@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Example adopters of the vendored protocol, shipped as sources to copy.
 
 Five small array libraries that adopt DLPack v1 by vendoring

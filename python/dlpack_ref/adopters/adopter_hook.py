@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The conformance checker's factory hook for the example adopters (one
 shape of API for all five: ``make(code, bits, lanes, shape, data, flags)``,
 ``from_dlpack(x, /, *, device=None, copy=None)``, and a ``Tensor`` with

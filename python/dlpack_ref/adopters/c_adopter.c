@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* A minimal array library in plain C that adopts DLPack by vendoring
  * dlpack.h, dlpack_ref.h and dlpack_ref_tables.h: its own memory, its own
  * type, and glue that forwards __dlpack__, __dlpack_device__ and

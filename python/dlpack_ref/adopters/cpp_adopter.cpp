@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* A minimal array library in idiomatic C++17 that adopts DLPack by vendoring
  * dlpack.h, dlpack_ref.h and dlpack_ref_tables.h, bound by hand on the
  * CPython API (no pybind11 or nanobind): the array of cpu_array.hpp (memory

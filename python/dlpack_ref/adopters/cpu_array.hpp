@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cpu_array.hpp -- the array library of the three C++ example adopters
  * (cpp_adopter.cpp on the CPython API, pybind11_adopter.cpp,
  * nanobind_adopter.cpp) and its DLPack glue: written once, bound three

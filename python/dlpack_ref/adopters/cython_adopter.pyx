@@ -1,4 +1,5 @@
 # cython: language_level=3, freethreading_compatible=True
+# SPDX-License-Identifier: Apache-2.0
 # A minimal array library in Cython that adopts DLPack by vendoring
 # dlpack.pxd, dlpack_ref_api.pxd and the three headers (dlpack.h,
 # dlpack_ref.h, dlpack_ref_tables.h): its own memory, its own type, and glue

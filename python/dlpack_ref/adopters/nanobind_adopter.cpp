@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* A minimal array library bound with nanobind that adopts DLPack by
  * vendoring dlpack.h, dlpack_ref.h and dlpack_ref_tables.h: the array of
  * cpu_array.hpp (shared with cpp_adopter.cpp and pybind11_adopter.cpp) as a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* A minimal array library bound with pybind11 that adopts DLPack by
  * vendoring dlpack.h, dlpack_ref.h and dlpack_ref_tables.h: the array of
  * cpu_array.hpp (shared with cpp_adopter.cpp and nanobind_adopter.cpp) as a
