@@ -364,12 +364,13 @@ inline PyObject* dlpack_device_noargs(PyObject* self, PyObject*) {
     return dlpack_ref_dlpack_device(array_of(self).device());
 }
 
-/* The three as CPython method definitions. */
-PyMethodDef dlpack_fastcall_def = {
+/* The three as CPython method definitions (a binding that binds them its own
+ * way, as nanobind_adopter.cpp does, uses none). */
+[[maybe_unused]] PyMethodDef dlpack_fastcall_def = {
     "__dlpack__", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(dlpack_fastcall)),
     METH_FASTCALL | METH_KEYWORDS, nullptr};
-PyMethodDef dlpack_device_def = {"__dlpack_device__", dlpack_device_noargs, METH_NOARGS, nullptr};
-PyMethodDef from_dlpack_fastcall_def = {
+[[maybe_unused]] PyMethodDef dlpack_device_def = {"__dlpack_device__", dlpack_device_noargs, METH_NOARGS, nullptr};
+[[maybe_unused]] PyMethodDef from_dlpack_fastcall_def = {
     "from_dlpack", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(from_dlpack_fastcall)),
     METH_FASTCALL | METH_KEYWORDS, nullptr};
 
