@@ -1,8 +1,9 @@
-"""Instructions per call of the three example adopters (tests/adopters/:
-plain C, C++17 and Cython, each going through include/dlpack_ref.h) beside
-NumPy, counted by callgrind exactly as callgrind_exchange.py counts (its
-cases and method are reused). The adopters are built first (-O2) from the
-vendored files into a temporary folder.
+"""Instructions per call of the five example adopters (dlpack_ref/adopters/:
+plain C, C++17 on the CPython API, Cython, pybind11 and nanobind, each going
+through the vendored dlpack_ref.h) beside NumPy, counted by callgrind exactly
+as callgrind_exchange.py counts (its cases and method are reused). The
+adopters are the installed package's, built first into a temporary folder
+with the commands docs/vendoring.md prints (tests/support/adopter_recipe.py).
 
     python benchmarks/callgrind_adopter.py [--loops N] [--clock]
 
@@ -10,28 +11,26 @@ vendored files into a temporary folder.
 (dlpack_ref.bench.timing: the compared calls alternate within every round
 and each keeps its minimum), beside the instruction counts.
 
-Targets: an adopter's import costs at most
-numpy.from_dlpack of a NumPy array; its export at most ndarray.__dlpack__.
+Targets: an adopter's import costs at most numpy.from_dlpack of a NumPy
+array; its export at most ndarray.__dlpack__.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 import sys
 import sysconfig
 import tempfile
 from pathlib import Path
 
-import dlpack_ref
 from dlpack_ref.bench.timing import compare
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent / "tests"))
 import callgrind_exchange as cg  # noqa: E402
+from support.adopter_recipe import ADOPTERS, build_adopter  # noqa: E402
 
-ADOPTERS = ("c_adopter", "cpp_adopter", "cython_adopter")
 CASES, TARGETS = {}, []
 for _a in ADOPTERS:
     _made = f"import numpy as np, {_a}\nt = {_a}.make(2, 32, 1, (16,), bytes(64))"
@@ -47,21 +46,12 @@ CASES["ndarray.__dlpack__(max_version)"] = ("import numpy as np\nx = np.zeros(16
 
 
 def build(folder: Path) -> None:
-    """The three adopters in `folder`, from the vendored files alone, -O2."""
-    vendored = ("dlpack.h", "dlpack_ref.h", "dlpack_ref_tables.h", "dlpack.pxd", "dlpack_ref_api.pxd")
-    for name in vendored:
-        shutil.copy(Path(dlpack_ref.get_include(), name), folder / name)
-    sources = HERE.parent / "tests" / "adopters"
-    shutil.copy(sources / "cython_adopter.pyx", folder / "cython_adopter.pyx")
-    subprocess.run([sys.executable, "-m", "cython", "-3", f"-I{folder}", str(folder / "cython_adopter.pyx")],
-                   check=True)
-    cc = (sysconfig.get_config_var("CC") or "cc").split()
-    for name, compiler, source in [("c_adopter", [*cc, "-std=c99"], sources / "c_adopter.c"),
-                                   ("cpp_adopter", ["g++", "-std=c++17"], sources / "cpp_adopter.cpp"),
-                                   ("cython_adopter", cc, folder / "cython_adopter.c")]:
-        subprocess.run([*compiler, "-shared", "-fPIC", "-O2", "-isystem", sysconfig.get_paths()["include"],
-                        f"-I{folder}", str(source), "-o", str(folder / (name + sysconfig.get_config_var("EXT_SUFFIX")))],
-                       check=True)
+    """The five adopters in `folder`, as docs/vendoring.md builds them (-O2;
+    nanobind's CMake Release: -O3)."""
+    for name in ADOPTERS:
+        done = build_adopter(name, folder)
+        if done.returncode != 0:
+            raise SystemExit(f"building {name} failed:\n{done.stderr[-4000:]}")
 
 
 def clock(folder: Path, rounds: int = 31) -> None:

@@ -1,16 +1,20 @@
-"""Example adopters of the vendored protocol (tests/adopters/): each is built
-from the vendored files alone (dlpack.h, dlpack_ref.h, dlpack_ref_tables.h
-copied into a fresh folder), runs with dlpack-ref not importable, exchanges
-zero-copy both ways with NumPy (and PyTorch, JAX when installed), and gets
-dlpack_ref's own pass set from the conformance checker (through the factory
-hook, adapters.HOOK).
+"""The example adopters of the vendored protocol, shipped in the package
+(dlpack_ref/adopters/): each is built from the INSTALLED copy with the
+commands docs/vendoring.md prints (support.adopter_recipe), with nothing of
+dlpack-ref on the include paths but the folder of dlpack_ref.get_include(),
+runs with dlpack-ref not importable, exchanges zero-copy both ways with NumPy
+(and PyTorch, JAX when installed), and gets dlpack_ref's own pass set from the
+conformance checker through the shipped hook (adopter_hook.py), as a user's
+check module would call it.
 
-The three adopters: plain C (c_adopter.c), idiomatic C++17 (cpp_adopter.cpp)
-and Cython (cython_adopter.pyx, which vendors dlpack.pxd and
-dlpack_ref_api.pxd too), each publishing its own exchange table through the
-header's builder. Built with the sanitizer lane's flags when it runs
-(support.build_ext.sanitizer_flags), and free-threading-ready: the 3.13t
-lane runs them with the GIL off, 8 threads at once."""
+The five adopters: plain C (c_adopter.c), C++17 on the CPython API
+(cpp_adopter.cpp), Cython (cython_adopter.pyx), pybind11
+(pybind11_adopter.cpp) and nanobind (nanobind_adopter.cpp, through its
+CMakeLists.txt), each publishing its own exchange table through the header's
+builder. Built with the sanitizer lane's flags when it runs
+(support.build_ext.sanitizer_flags), every warning an error where the code is
+ours alone, and free-threading-ready: the 3.13t lane runs them with the GIL
+off, 8 threads at once."""
 
 from __future__ import annotations
 
@@ -19,46 +23,72 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 import pytest
 
 import dlpack_ref
-from support.build_ext import compile_c_extension, compile_cython_extension
+import dlpack_ref.adopters
+from support.adopter_recipe import ADOPTERS, DOCS, build_adopter, built_module, check_module
+from support.build_ext import compile_c_extension, sanitizer_flags
 
-HERE = Path(__file__).resolve().parent / "adopters"
-VENDORED = ("dlpack.h", "dlpack_ref.h", "dlpack_ref_tables.h")
-# A Cython adopter vendors the declarations of the two headers too.
-VENDORED_CYTHON = ("dlpack.pxd", "dlpack_ref_api.pxd")
+# What each recipe needs besides a compiler, and the flags the tests add to
+# its CFLAGS / CXXFLAGS: every warning an error (Python's headers as system
+# headers, so that their own warnings are not the adopter's), but for the C
+# Cython generates and nanobind's own sources, which are not warning-free.
+_PYTHON_H = f"-isystem {sysconfig.get_paths()['include']}"
+_STRICT_C = f"-std=c99 -Wall -Wextra -Werror {_PYTHON_H}"
+_STRICT_CXX = f"-Wall -Wextra -Werror {_PYTHON_H}"
+NEEDS = {
+    "c_adopter": ((), _STRICT_C),
+    "cpp_adopter": ((), _STRICT_CXX),
+    "cython_adopter": (("Cython",), f"-Wall -Wextra {_PYTHON_H}"),
+    "pybind11_adopter": (("pybind11",), _STRICT_CXX),
+    "nanobind_adopter": (("nanobind", "cmake"), "-Wall -Wextra"),
+}
 
 
-ADOPTERS = [("c_adopter", "c_adopter.c"), ("cpp_adopter", "cpp_adopter.cpp"), ("cython_adopter", "cython_adopter.pyx")]
-
-
-@pytest.fixture(scope="module", params=ADOPTERS, ids=[a[0] for a in ADOPTERS])
+@pytest.fixture(scope="module", params=ADOPTERS)
 def adopter(request, tmp_path_factory) -> tuple[str, Path]:
-    """(module name, the folder holding the built adopter module, its hook
-    and nothing of dlpack-ref but the three vendored headers)."""
-    name, source = request.param
+    """(module name, the folder holding the adopter module built by its
+    documented recipe, and its documented check module, which calls the
+    shipped hook)."""
+    name = request.param
+    modules, flags = NEEDS[name]
+    for module in modules:
+        pytest.importorskip(module)
     folder = tmp_path_factory.mktemp(name)
-    vendor = folder / "vendor"
-    vendor.mkdir()
-    cython = source.endswith(".pyx")
-    for file in VENDORED + (VENDORED_CYTHON if cython else ()):
-        shutil.copy(Path(dlpack_ref.get_include(), file), vendor / file)
-    if cython:
-        # Translated from a copy in `folder`, so that nothing next to the
-        # source (tests/, dlpack-ref's tree) is on Cython's include path.
-        shutil.copy(HERE / source, folder / source)
-        compile_cython_extension(folder / source, folder, cython_include=[vendor], c_include=[vendor])
-    else:
-        compile_c_extension(HERE / source, folder, c_include=[vendor], cxx=source.endswith(".cpp"))
-    shutil.copy(HERE / "adopter_hook.py", folder / "adopter_hook.py")
-    (folder / f"{name}_check.py").write_text(
-        f"import adopter_hook, {name}\n\n"
-        "def __dlpack_conformance__():\n"
-        f"    return adopter_hook.conformance({name}, '{name}_check')\n")
+    sanitize = " ".join(sanitizer_flags())
+    done = build_adopter(name, folder, cflags=f"{flags} {sanitize}", cxxflags=f"{flags} {sanitize}",
+                         ldflags=sanitize)
+    assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-4000:])
+    assert built_module(name, folder).is_file(), sorted(p.name for p in folder.iterdir())
+    # Where -Werror is not passed (Cython's C, nanobind's own sources), the
+    # shipped sources themselves must still build without a warning.
+    ours = [line for line in (done.stdout + done.stderr).splitlines()
+            if "warning:" in line and "dlpack_ref/adopters/" in line]
+    assert not ours, ours
+    (folder / f"{name}_check.py").write_text(check_module(name))
     return name, folder
+
+
+def test_the_recipes_build_the_installed_sources_against_the_vendored_files_only():
+    """The recipes compile the installed sources (what `dlpack-ref-config
+    --adopters` prints) against the installed include folder, which holds the
+    five files a vendoring library copies and nothing else."""
+    package = Path(dlpack_ref.__file__).resolve().parent
+    out = subprocess.run([sys.executable, "-m", "dlpack_ref._configtool", "--adopters", "--includedir"],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    adopters, include = (Path(line) for line in out.stdout.splitlines())
+    assert adopters == package / "adopters" == Path(dlpack_ref.adopters.get_dir())
+    assert include == Path(dlpack_ref.get_include()) == package / "include"
+    assert {p.name for p in include.iterdir()} == {"dlpack.h", "dlpack_ref.h", "dlpack_ref_tables.h", "dlpack.pxd",
+                                                   "dlpack_ref_api.pxd"}
+    shipped = {p.name for p in adopters.iterdir() if p.name != "__pycache__"}
+    assert shipped == {"__init__.py", "adopter_hook.py", "CMakeLists.txt", "c_adopter.c", "cpp_adopter.cpp",
+                       "cpu_array.hpp", "cython_adopter.pyx", "pybind11_adopter.cpp", "nanobind_adopter.cpp"}
 
 
 def _run_blocked(adopter, code: str) -> str:
@@ -164,6 +194,13 @@ else:
     assert t.data_ptr == ptr
     back = jnp.from_dlpack(t)
     assert back.unsafe_buffer_pointer() == ptr
+    # The adopter's own memory is 256-byte aligned: JAX imports memory that
+    # is not 64-byte aligned only as a copy (and refuses it with copy=False).
+    import numpy as np
+    for n in (1, 3, 1000):
+        own = c.make(2, 32, 1, (n,), np.arange(n, dtype=np.float32).tobytes())
+        assert own.data_ptr % 256 == 0, own.data_ptr
+        assert jnp.from_dlpack(own, copy=False).unsafe_buffer_pointer() == own.data_ptr
 print("ok")
 """)
     assert out.strip() == "ok"
@@ -325,7 +362,9 @@ def test_the_tables_functions_refuse_other_objects_with_type_error(adopter):
     c = _imported(adopter)
     api = _table(c)
     not_ours = [1, 2]
-    name = f"{adopter[0]}.Tensor"
+    # The message names the type by its tp_name, which nanobind sets to the
+    # bare class name (the module is in __module__ only).
+    name = "Tensor" if adopter[0] == "nanobind_adopter" else f"{adopter[0]}.Tensor"
     with pytest.raises(TypeError, match=f"exchange API of {name} exports {name} objects, not list"):
         FROM_PY_T(api.managed_tensor_from_py_object_no_sync)(id(not_ours), ctypes.byref(ctypes.c_void_p()))
     with pytest.raises(TypeError, match=f"exchange API of {name} views {name} objects, not list"):
@@ -343,7 +382,14 @@ def test_the_tables_view_borrows_the_tensors_own_metadata(adopter):
     view = DLTensor()
     assert VIEW_T(_table(c).dltensor_from_py_object_no_sync)(id(t), ctypes.byref(view)) == 0
     assert (view.data + view.byte_offset, view.ndim) == (t.data_ptr, 1)
-    assert id(t) <= view.shape < view.strides < id(t) + sys.getsizeof(t)   # inside the object: no allocation
+    if adopter[0] == "pybind11_adopter":
+        # pybind11 keeps the C++ object outside the Python object: the view
+        # borrows from there, the same memory on every call.
+        again = DLTensor()
+        assert VIEW_T(_table(c).dltensor_from_py_object_no_sync)(id(t), ctypes.byref(again)) == 0
+        assert (again.shape, again.strides) == (view.shape, view.strides)
+    else:
+        assert id(t) <= view.shape < view.strides < id(t) + sys.getsizeof(t)   # inside the object: no allocation
     assert tuple((ctypes.c_int64 * 1).from_address(view.strides)) == (3,) and sys.getrefcount(t) == refs
 
 
@@ -492,6 +538,19 @@ def test_the_memoized_table_lookup_sees_a_later_change_to_the_type(adopter):
     assert c.from_dlpack(t).data_ptr == t.data_ptr
 
 
+# The nanobind adopter binds __dlpack__ and from_dlpack the nanobind way:
+# nanobind parses their arguments and words every mismatch so. (The pybind11
+# one uses the header's fastcall entries, as the C and C++ ones do.)
+BINDING_LIBRARY_WORDS = {"nanobind_adopter": "incompatible function arguments"}
+
+
+def _refused_arguments(adopter, function: str, python_words: str) -> str:
+    """The TypeError message (a pattern) of a call to `function` with wrong
+    arguments: Python's (or Cython's) words, or the binding library's."""
+    theirs = BINDING_LIBRARY_WORDS.get(adopter[0])
+    return rf"{function}\(\): {theirs}" if theirs else rf"{function}\(\) {python_words}"
+
+
 def test_the_vectorcall_entries_parse_their_arguments_as_python_does(adopter):
     import numpy as np
     c = _imported(adopter)
@@ -502,17 +561,23 @@ def test_the_vectorcall_entries_parse_their_arguments_as_python_does(adopter):
     # header's vectorcall entry), in Cython's words for a positional argument.
     no_positional = "takes exactly 0 positional arguments" if adopter[0] == "cython_adopter" else \
         "takes no positional arguments"
-    with pytest.raises(TypeError, match=rf"__dlpack__\(\) {no_positional} \(1 given\)"):
+    with pytest.raises(TypeError, match=_refused_arguments(adopter, "__dlpack__", rf"{no_positional} \(1 given\)")):
         t.__dlpack__(None)
-    with pytest.raises(TypeError, match="__dlpack__\\(\\) got an unexpected keyword argument 'streams'"):
+    with pytest.raises(TypeError, match=_refused_arguments(adopter, "__dlpack__",
+                                                           "got an unexpected keyword argument 'streams'")):
         t.__dlpack__(streams=None)
-    with pytest.raises(TypeError, match=r"from_dlpack\(\) takes exactly 1 positional argument \(2 given\)"):
+    with pytest.raises(TypeError, match=_refused_arguments(adopter, "from_dlpack",
+                                                           r"takes exactly 1 positional argument \(2 given\)")):
         c.from_dlpack(np.zeros(2), None)
-    with pytest.raises(TypeError, match=r"from_dlpack\(\) takes exactly 1 positional argument \(0 given\)"):
+    with pytest.raises(TypeError, match=_refused_arguments(adopter, "from_dlpack",
+                                                           r"takes exactly 1 positional argument \(0 given\)")):
         c.from_dlpack()
-    with pytest.raises(TypeError, match="from_dlpack\\(\\) got an unexpected keyword argument 'devices'"):
+    with pytest.raises(TypeError, match=_refused_arguments(adopter, "from_dlpack",
+                                                           "got an unexpected keyword argument 'devices'")):
         c.from_dlpack(np.zeros(2), devices=None)
     x = np.arange(3.0)
+    with pytest.raises(TypeError):   # positional-only, in every binding
+        c.from_dlpack(x=x)
     u = c.from_dlpack(x, **{"".join(["co", "py"]): True})
     assert u.data_ptr != x.ctypes.data and np.from_dlpack(u).tolist() == [0.0, 1.0, 2.0]
 
@@ -557,12 +622,12 @@ def test_the_minimal_adopter_of_the_docs_compiles_and_exchanges(cxx, tmp_path):
     the vendored headers alone (-Wall -Wextra -Werror) and used."""
     import re
 
-    docs = (Path(__file__).resolve().parent.parent / "docs" / "vendoring.md").read_text()
-    section = docs[docs.index("## A minimal adopter in C"):docs.index("## A minimal adopter in Cython")]
+    docs = DOCS.read_text()
+    section = docs[docs.index("## A minimal adopter in C"):docs.index("## An adopter in C++ on the CPython API")]
     source = re.search(r"```c\n(.*?)```", section, re.S).group(1)
     vendor = tmp_path / "vendor"
     vendor.mkdir()
-    for header in VENDORED:
+    for header in ("dlpack.h", "dlpack_ref.h", "dlpack_ref_tables.h"):
         shutil.copy(Path(dlpack_ref.get_include(), header), vendor / header)
     (tmp_path / ("minimal.cpp" if cxx else "minimal.c")).write_text(source)
     compile_c_extension(tmp_path / ("minimal.cpp" if cxx else "minimal.c"), tmp_path, c_include=[vendor], cxx=cxx)
@@ -586,3 +651,21 @@ else:
 print("ok")
 """)
     assert out.strip() == "ok"
+
+
+@pytest.mark.parametrize("section, source", [("## An adopter on pybind11", "pybind11_adopter.cpp"),
+                                             ("## An adopter on nanobind", "nanobind_adopter.cpp")])
+def test_the_docs_excerpts_are_the_shipped_code(section, source):
+    """Each code block of the page's pybind11 and nanobind sections is a
+    passage of the shipped source, line for line."""
+    import re
+
+    docs = DOCS.read_text()
+    start = docs.index(section)
+    text = docs[start:docs.index("\n## ", start + 1)]
+    shipped = [line.rstrip() for line in Path(dlpack_ref.adopters.get_dir(), source).read_text().splitlines()]
+    excerpts = re.findall(r"```cpp\n(.*?)```", text, re.S)
+    assert len(excerpts) >= 3
+    for excerpt in excerpts:
+        lines = excerpt.rstrip("\n").splitlines()
+        assert any(shipped[i:i + len(lines)] == lines for i in range(len(shipped))), excerpt

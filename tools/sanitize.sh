@@ -29,10 +29,12 @@
 # processes on purpose and expect them killed by the signal, not ASan's exit
 # 1; a bad access in dlpack-ref code is reported by the instrumentation
 # before it could fault, and a fault still fails its test.
-# The extensions the tests compile themselves (tests/support/build_ext.py:
-# the example adopters of tests/test_adopters.py, the Cython API demo) are
-# built with the same flags, passed as DLREF_SANITIZER_FLAGS; only
-# dlpack-ref's code and theirs has UBSan.
+# The extensions the tests compile themselves (tests/support/build_ext.py and
+# adopter_recipe.py: the example adopters of tests/test_adopters.py, the
+# Cython API demo) are built with the same flags, passed as
+# DLREF_SANITIZER_FLAGS; only dlpack-ref's code and theirs has UBSan (theirs
+# includes the pybind11 headers and nanobind library built into two of the
+# adopters).
 # Exit status: 0 when no report involves dlpack-ref code and pytest passed.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"

@@ -2,10 +2,11 @@
 need, for build systems that cannot import Python (as ``numpy-config`` and
 ``tvm-ffi-config`` do for theirs).
 
-    dlpack-ref-config --includedir     # dlpack.h, dlpack.pxd, dlpack_ref_api.pxd
+    dlpack-ref-config --includedir     # dlpack.h, dlpack_ref.h, dlpack_ref_tables.h, the .pxd files
     dlpack-ref-config --cmakedir       # dlpack_refConfig.cmake, for find_package
     dlpack-ref-config --cflags         # -I<includedir>
     dlpack-ref-config --cython-include # the folder above the package (cython -I)
+    dlpack-ref-config --adopters       # the example adopters' sources and checker hook
 
 Also runs as ``python -m dlpack_ref._configtool``.
 """
@@ -17,6 +18,7 @@ import os
 import sys
 
 import dlpack_ref
+import dlpack_ref.adopters
 
 
 def cmake_dir() -> str:
@@ -52,13 +54,17 @@ def main(argv=None) -> int:
         "cmakedir": cmake_dir,
         "cflags": lambda: "-I" + dlpack_ref.get_include(),
         "cython_include": _cython_include_dir,
+        "adopters": dlpack_ref.adopters.get_dir,
     }
     helps = {
-        "includedir": "folder with dlpack.h, dlpack.pxd and dlpack_ref_api.pxd (C -I, cython -I)",
+        "includedir": "folder with dlpack.h, dlpack_ref.h, dlpack_ref_tables.h and their Cython declarations "
+                      "dlpack.pxd and dlpack_ref_api.pxd (C -I, cython -I)",
         "cmakedir": "folder with dlpack_refConfig.cmake (pass as -Ddlpack_ref_DIR=...)",
         "cflags": "compiler flags for C code that includes dlpack.h",
         "cython_include": "folder above the dlpack_ref package: `cython -I` it when the "
                           "compiling interpreter does not have dlpack-ref on sys.path",
+        "adopters": "folder with the example adopters (C, C++, Cython, pybind11, nanobind), "
+                    "their build file and their conformance hook",
     }
     for name in answers:
         parser.add_argument("--" + name.replace("_", "-"), dest="asked", action="append_const",

@@ -1,20 +1,25 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* A minimal array library in plain C that adopts DLPack by vendoring
  * dlpack.h, dlpack_ref.h and dlpack_ref_tables.h: its own memory, its own
  * type, and glue that forwards __dlpack__, __dlpack_device__ and
- * from_dlpack to the header. Built by tests/test_adopters.py with only the
- * vendored files on the include path; dlpack-ref is not imported. */
+ * from_dlpack to the header. Built with only the headers of
+ * `dlpack-ref-config --includedir` on the include path (the command:
+ * docs/vendoring.md); dlpack-ref is not imported. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdlib.h>
 #include "dlpack_ref.h"
 
 #define ADOPTER "c_adopter"   /* the module name, in messages */
+/* Our memory's alignment, dlpack-ref's own: JAX imports host memory
+ * zero-copy only when it is 64-byte aligned, and copies it otherwise. */
+#define ALIGNMENT 256
 
 typedef struct {
     PyObject_VAR_HEAD
     DLTensor t;
     uint64_t flags;            /* READ_ONLY, IS_SUBBYTE_TYPE_PADDED */
-    void* own;                 /* malloc'd memory, or NULL */
+    void* own;                 /* our memory (ALIGNMENT-aligned), or NULL */
     DLPackRefTensor imported;  /* a taken tensor held zero-copy, or empty */
     PyObject* meta;            /* anything the user attaches */
     int64_t dims[1];           /* shape then strides, 2 * ndim, allocated with the object */
@@ -62,8 +67,8 @@ static Tensor* copy_to_host(PyTypeObject* type, const DLTensor* src, uint64_t fl
     c->flags = flags & DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED;
     memcpy(c->t.shape, src->shape, (size_t)src->ndim * sizeof(int64_t));
     for (d = src->ndim - 1, k = 1; d >= 0; --d) { c->t.strides[d] = k; k *= src->shape[d] > 0 ? src->shape[d] : 1; }
-    c->own = c->t.data = malloc((size_t)(n ? n : 1));
-    if (c->own == NULL) { Py_DECREF(c); return (Tensor*)PyErr_NoMemory(); }
+    if (posix_memalign(&c->own, ALIGNMENT, (size_t)(n ? n : 1)) != 0) { Py_DECREF(c); return (Tensor*)PyErr_NoMemory(); }
+    c->t.data = c->own;
     if (src->strides == NULL || memcmp(src->strides, c->t.strides, (size_t)src->ndim * sizeof(int64_t)) == 0) {
         memcpy(c->own, base, (size_t)n);
         return c;

@@ -1,5 +1,6 @@
+# SPDX-License-Identifier: Apache-2.0
 """The conformance checker's factory hook for the example adopters (one
-shape of API for all three: ``make(code, bits, lanes, shape, data, flags)``,
+shape of API for all five: ``make(code, bits, lanes, shape, data, flags)``,
 ``from_dlpack(x, /, *, device=None, copy=None)``, and a ``Tensor`` with
 ``data_ptr``, ``readonly`` and a free ``meta`` slot). The adopters never
 import dlpack-ref; this glue runs inside the checker, which does."""
@@ -10,18 +11,32 @@ import ctypes
 
 import dlpack_ref as dr
 from dlpack_ref.testing import FLAG_IS_SUBBYTE_TYPE_PADDED as PADDED, FLAG_READ_ONLY as READ_ONLY
-from dlpack_ref.conformance.adapters import _arange_values, _nested
+from dlpack_ref.conformance.adapters import subject
 from dlpack_ref.conformance.model import Consumer, NotSupported, Producer
 
 
 
 def conformance(module, spec: str):
-    """(Producer, Consumer) of an adopter module, for spec ``spec``."""
+    """The checker's (Producer, Consumer) of an adopter module.
+
+    Parameters
+    ----------
+    module : module
+        The adopter: ``make``, ``from_dlpack`` and ``Tensor`` as above.
+    spec : str
+        The name of the module whose ``__dlpack_conformance__`` calls this,
+        which the checker's child processes import again.
+
+    Returns
+    -------
+    tuple of Producer and Consumer
+        Arrays are made by ``module.make`` from the bytes of dlpack-ref's own
+        arrays of each dtype and shape, and read back through ``meta``.
+    """
+    reference = subject("dlpack_ref").producer
+
     def factory(dtype, shape, readonly=False):
-        n = 1
-        for extent in shape:
-            n *= extent
-        a = dr.zeros(shape, dtype=dtype) if n == 0 else dr.asarray(_nested(_arange_values(n, dtype), shape), dtype=dtype)
+        a = reference.factory(dtype, shape)
         info = dr.inspect(a.__dlpack__(max_version=(1, 3)))
         data = ctypes.string_at(info["data"], a.nbytes) if a.nbytes else b""
         x = module.make(*info["dtype"], tuple(shape), data, (info["flags"] & PADDED) | (READ_ONLY if readonly else 0))

@@ -1,16 +1,19 @@
 # cython: language_level=3, freethreading_compatible=True
+# SPDX-License-Identifier: Apache-2.0
 # A minimal array library in Cython that adopts DLPack by vendoring
 # dlpack.pxd, dlpack_ref_api.pxd and the three headers (dlpack.h,
 # dlpack_ref.h, dlpack_ref_tables.h): its own memory, its own type, and glue
 # that forwards __dlpack__, __dlpack_device__ and from_dlpack to the header.
-# Built by tests/test_adopters.py with only the vendored folder on the Cython
-# and C include paths; dlpack-ref is not imported at build or run time.
-# Same Python API as c_adopter.c (make, from_dlpack, Tensor with data_ptr,
-# readonly, meta), so tests/adopters/adopter_hook.py serves it too.
+# Built with only the folder of `dlpack-ref-config --includedir` on the
+# Cython and C include paths (the commands: docs/vendoring.md); dlpack-ref
+# is not imported at build or run time. Same Python API as c_adopter.c
+# (make, from_dlpack, Tensor with data_ptr, readonly, meta), so
+# adopter_hook.py serves it too.
 
 cimport cython
 from libc.stdint cimport int32_t, int64_t, uint64_t, uint8_t, uint16_t, uintptr_t
 from libc.stdlib cimport malloc, free
+from posix.stdlib cimport posix_memalign
 from libc.string cimport memcpy, memcmp
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
 from cpython.object cimport PyObject, PyTypeObject
@@ -23,6 +26,9 @@ from dlpack_ref_api cimport *
 
 cdef enum:
     INLINE_NDIM = 8
+    # Our memory's alignment, dlpack-ref's own: JAX imports host memory
+    # zero-copy only when it is 64-byte aligned, and copies it otherwise.
+    ALIGNMENT = 256
 
 
 # A free list: CPython's allocator and the zeroing of a new object are a
@@ -36,7 +42,7 @@ cdef class Tensor:
     cdef int64_t inline_extents[2 * INLINE_NDIM]
     cdef int64_t* heap_extents
     cdef uint64_t flags             # READ_ONLY, IS_SUBBYTE_TYPE_PADDED
-    cdef void* own                  # malloc'd memory, or NULL
+    cdef void* own                  # our memory (ALIGNMENT-aligned), or NULL
     cdef DLPackRefTensor imported   # a taken tensor held zero-copy, or empty
     cdef public object meta         # anything the user attaches
 
@@ -125,9 +131,9 @@ cdef Tensor copy_to_host(const DLTensor* src, uint64_t flags, type cls=Tensor):
     c.flags = flags & DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED
     memcpy(c.t.shape, src.shape, <size_t>src.ndim * sizeof(int64_t))
     row_major(c.t.strides, c.t.shape, src.ndim)
-    c.own = c.t.data = malloc(<size_t>(n if n else 1))
-    if c.own == NULL:
+    if posix_memalign(&c.own, ALIGNMENT, <size_t>(n if n else 1)) != 0:
         raise MemoryError()
+    c.t.data = c.own
     if src.strides == NULL or memcmp(src.strides, c.t.strides, <size_t>src.ndim * sizeof(int64_t)) == 0:
         memcpy(c.own, base, <size_t>n)
         return c
