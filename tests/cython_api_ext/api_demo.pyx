@@ -35,6 +35,20 @@ cdef class Buffer:
         return <size_t>self.data
 
 
+cdef void _cpu_float64(DLTensor* t, double* data, int ndim) noexcept:
+    """t describes float64 CPU memory at data (shape and strides left NULL)."""
+    t.data = data
+    t.device.device_type = kDLCPU
+    t.device.device_id = 0
+    t.ndim = ndim
+    t.dtype.code = kDLFloat
+    t.dtype.bits = 64
+    t.dtype.lanes = 1
+    t.shape = NULL
+    t.strides = NULL
+    t.byte_offset = 0
+
+
 def export(int64_t rows, int64_t cols, *, bint versioned=True, bint read_only=False, bint transposed=False):
     """(capsule, buffer): rows x cols float64 values 0, 1.5, 3, ... owned by
     buffer; transposed exports the cols x rows view with swapped strides."""
@@ -49,14 +63,7 @@ def export(int64_t rows, int64_t cols, *, bint versioned=True, bint read_only=Fa
     cdef int64_t shape[2]
     cdef int64_t strides[2]
     cdef DLTensor t
-    t.data = buf.data
-    t.device.device_type = kDLCPU
-    t.device.device_id = 0
-    t.ndim = 2
-    t.dtype.code = kDLFloat
-    t.dtype.bits = 64
-    t.dtype.lanes = 1
-    t.byte_offset = 0
+    _cpu_float64(&t, buf.data, 2)
     if transposed:
         shape[0], shape[1], strides[0], strides[1] = cols, rows, 1, cols
         t.strides = strides
@@ -111,16 +118,7 @@ def export_owned(owner):
     """A versioned capsule of a 0-d float64 tensor (1.0, static memory)
     whose export holds `owner` until its deleter runs."""
     cdef DLTensor t
-    t.data = &_one
-    t.device.device_type = kDLCPU
-    t.device.device_id = 0
-    t.ndim = 0
-    t.dtype.code = kDLFloat
-    t.dtype.bits = 64
-    t.dtype.lanes = 1
-    t.shape = NULL
-    t.strides = NULL
-    t.byte_offset = 0
+    _cpu_float64(&t, &_one, 0)
     return dlpack_ref_export_versioned(&t, owner, 0)
 
 
