@@ -9,12 +9,15 @@ reported with its signal instead of ending the run.
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import gc
 import struct
 from typing import Any, Callable
 
-from dlpack_ref.testing import FLAG_IS_COPIED, FLAG_READ_ONLY, NAME_USED_VERSIONED, CapsuleFactory, ForeignProducer, capsule_name
+from dlpack_ref.testing import (
+    FLAG_IS_COPIED, FLAG_READ_ONLY, NAME_USED_VERSIONED, CapsuleFactory, ForeignProducer, capsule_name, read_capsule,
+)
 
 from .model import Consumer, Result, Rule, Status, exc_name, short
 
@@ -64,9 +67,20 @@ class _KeepingProducer(ForeignProducer):
     capsule = None
     name_before = None
 
+    def __init__(self, factory, *, elements=(), **kwargs):
+        super().__init__(factory, **kwargs)
+        # float64 values of a 1-D tensor written along its strides (the
+        # factory's fill runs forward from the first element only)
+        self.elements = elements
+
     def __dlpack__(self, **kwargs):
         self.capsule = super().__dlpack__(**kwargs)
         self.name_before = capsule_name(self.capsule)
+        if self.elements:
+            info = read_capsule(self.capsule)
+            first, step = info["data"] + info["byte_offset"], info["strides"][0] * 8
+            for i, value in enumerate(self.elements):
+                ctypes.c_double.from_address(first + i * step).value = value
         return self.capsule
 
 
@@ -337,6 +351,9 @@ CASES: list[Case] = [
           "Python spec: a capsule is consumed exactly once", _twice, _refuses_second_import),
     _case("byte_offset", "byte_offset is honoured (data + byte_offset is the first element)", "header",
           "DLTensor.byte_offset", _plain(shape=(3,), dtype=F64, byte_offset=8, fill=_f64(_V123)), _accepts, _V123),
+    _case("negative_strides", "a negative stride (a reversed view) is honoured: the values are read backwards "
+          "from the first element, or the tensor is refused", "header", "DLTensor.strides (in elements, signed)",
+          _plain(shape=(3,), dtype=F64, strides=(-1,), elements=_V123), _accepts_or_refuses, _V123),
     _case("null_strides_v1_1", "NULL strides in a version 1.1 capsule mean row-major", "header",
           "DLTensor.strides (NULL = row-major before 1.2)",
           _plain(shape=(2, 2), dtype=F64, version=(1, 1), strides="null", fill=_f64([1, 2, 3, 4]),
