@@ -99,6 +99,7 @@ def _plain(**make):
             out["name_after"] = name.decode() if name else None
             out["name_before"] = p.name_before.decode() if p.name_before else None
         return out
+    run.setup = {"producer": make, "keep": True}
     return run
 
 
@@ -113,6 +114,7 @@ def _via_producer(read_values=True, call_kwargs=None, **producer_kwargs):
         out["calls"] = _calls(p)
         out["source_ptr"] = f.last_data
         return out
+    run.setup = {"producer": producer_kwargs, "call": call_kwargs, "read_values": read_values}
     return run
 
 
@@ -131,6 +133,7 @@ def _in_place_or_why(**producer_kwargs):
                                               **producer_kwargs)(c, CapsuleFactory())
             out["copy_false"].pop("_result", None)
         return out
+    run.setup = first.setup
     return run
 
 
@@ -148,6 +151,9 @@ def _twice(c, f):
     return {"outcome": first["outcome"], "name_after": name.decode() if name else None, "second": second,
             "exc_type": second.get("exc_type"), "exc_message": second.get("exc_message"),
             "_result": first.get("_result")}
+
+
+_twice.setup = {"producer": {"shape": (3,), "dtype": F64, "fill": _f64([1, 2, 3])}, "keep": True, "twice": True}
 
 
 # --- judging: one function per kind of case --------------------------------------

@@ -447,6 +447,8 @@ def _dtype_group(names: list[str]):
 
 
 _FLOAT8 = [n for n in DTYPES if n.startswith("float8")]
+#: rule id -> the dtype names its check makes and exports.
+DTYPE_GROUPS: dict[str, list[str]] = {}
 for _group, _names, _where in [
         ("bool", ["bool"], "kDLBool (bits 8)"),
         ("complex", ["complex64", "complex128"], "kDLComplex"),
@@ -456,6 +458,7 @@ for _group, _names, _where in [
     _check(f"producer.dtype_{_group}",
            f"{_group} arrays export with the DLPack type code ({', '.join(_names)})",
            "header", f"DLDataTypeCode, {_where}")(_dtype_group(_names))
+    DTYPE_GROUPS[f"producer.dtype_{_group}"] = _names
 
 
 # --- ownership ------------------------------------------------------------------------
