@@ -10,6 +10,7 @@ carry it and ``dlpack-ref check --explain RULE`` prints it."""
 
 from __future__ import annotations
 
+import re
 import struct
 import textwrap
 
@@ -21,9 +22,8 @@ from .recipes import Recipe, recipe_of
 
 # --- what every reproduction carries ------------------------------------------------
 
-_READER = '''\
-import ctypes, gc, math, struct, sys
-
+# The helpers, each included only where a reproduction calls it.
+_STRUCTS = '''\
 P, I64 = ctypes.c_void_p, ctypes.c_int64
 
 
@@ -44,10 +44,12 @@ class Legacy(ctypes.Structure):  # DLManagedTensor
 
 capsule_name = ctypes.PYFUNCTYPE(ctypes.c_char_p, P)(("PyCapsule_GetName", ctypes.pythonapi))
 capsule_pointer = ctypes.PYFUNCTYPE(P, P, ctypes.c_char_p)(("PyCapsule_GetPointer", ctypes.pythonapi))
+'''
 
-
+_HELPERS = {
+    "read": '''
 def read(capsule):
-    """The fields of a DLPack capsule, without consuming it."""
+    \"\"\"The fields of a DLPack capsule, without consuming it.\"\"\"
     name = capsule_name(id(capsule))
     m = (Versioned if name.endswith(b"versioned") else Legacy).from_address(capsule_pointer(id(capsule), name))
     t, n = m.t, max(m.t.ndim, 0)
@@ -56,10 +58,10 @@ def read(capsule):
             "flags": getattr(m, "flags", None), "data": (t.data or 0) + t.byte_offset, "ndim": t.ndim,
             "device": (t.device_type, t.device_id), "dtype": (t.code, t.bits, t.lanes),
             "shape": ints(t.shape), "strides": ints(t.strides)}
-
-
+''',
+    "values": '''
 def values(info):
-    """The values a capsule's fields describe (ints, floats, complex), nested by shape."""
+    \"\"\"The values a capsule's fields describe (ints, floats, complex), nested by shape.\"\"\"
     fmt = {(0, 32): "i", (0, 64): "q", (2, 32): "f", (2, 64): "d", (5, 64): "ff", (5, 128): "dd"}[info["dtype"][:2]]
     size, shape = struct.calcsize(fmt), info["shape"] or ()
     strides = info["strides"] or tuple(math.prod(shape[i + 1:]) for i in range(len(shape)))
@@ -70,28 +72,41 @@ def values(info):
             return v[0] if len(v) == 1 else complex(*v)
         return [at(offset + i * strides[d], d + 1) for i in range(shape[d])]
     return at(0, 0)
-
-
+''',
+    "ask": '''
 def ask(x, **kwargs):
-    """x.__dlpack__ as a consumer asks: with max_version, or without it for a pre-1.0 producer."""
+    \"\"\"x.__dlpack__ as a consumer asks: with max_version, or without it for a pre-1.0 producer.\"\"\"
     try:
         return x.__dlpack__(max_version=(1, 3), **kwargs)
     except TypeError as e:
         if "max_version" not in str(e):
             raise
         return x.__dlpack__(**kwargs)
-
-
+''',
+    "exc": '''
 def exc(e):
     t = type(e)
     return t.__name__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
-
-
+''',
+}
+_FAIL = '''
 def fail(observed):
     print("expected:", RULE)
     print("observed:", observed)
     sys.exit(1)
 '''
+
+
+def _helpers(body: str) -> str:
+    """The imports, the ABI structs and the helpers ``body`` calls (the
+    helpers' own calls included)."""
+    used = ""
+    for name in ("exc", "ask", "values", "read"):  # callers before callees
+        if re.search(rf"\b{name}\(", body + used):
+            used = _HELPERS[name] + used
+    structs = _STRUCTS if re.search(r"\b(read|capsule_name|capsule_pointer|DLTensor)\b", body + used) else ""
+    return "import ctypes, gc, math, struct, sys\n\n" + structs + used + _FAIL
+
 
 _MAKER = '''
 deleted = []  # tensors whose deleter ran
@@ -653,7 +668,7 @@ if device is None or int(device[0]) == 1:
 # How the checker reads a result it got (a crash while reading is the library's).
 _SEEN = """\
 seen = {}
-if refusal is None and @READ@:
+if refusal is None:
     for key, reading in (("values", lambda: @VALUES@), ("pointer", lambda: @POINTER@),
                          ("readonly", lambda: @READONLY@)):
         try:
@@ -700,7 +715,8 @@ def _consumer_case(recipe: Recipe, case: consumer.Case) -> str | None:
             f"x = Producer({_source_args(setup['producer'])}{keep})\nwant = {want!r}\n"
             f"try:\n    r, refusal = from_dlpack{call_expr}, None  # a crash here is the library's\n"
             "except Exception as e:\n    r, refusal = None, e\n")
-    body += (_SEEN + judge).replace("@READ@", str(read)) \
+    seen = _SEEN if read else "seen = {}\nproblems = []\n"
+    body += (seen + judge) \
         .replace("@VALUES@", _expr(recipe.result_values, "values(read(ask({})))", "r")) \
         .replace("@POINTER@", _expr(recipe.result_pointer, 'read(ask({}))["data"]', "r")) \
         .replace("@READONLY@", _expr(recipe.result_readonly, 'bool((read(ask({}))["flags"] or 0) & 1)', "r")) \
@@ -715,7 +731,7 @@ def _consumer_case(recipe: Recipe, case: consumer.Case) -> str | None:
         if problems:
             fail("; ".join(problems))
         ''')
-    return _MAKER + "\n" + body
+    return body
 
 
 _CASES = {case.rule.id: case for case in consumer.CASES}
@@ -744,13 +760,16 @@ def reproduction(spec: str, result: Result) -> str | None:
     if recipe is None:
         return None
     rule_id = result.rule.id
+    maker = ""
     if rule_id in _CASES:
-        body = _consumer_case(recipe, _CASES[rule_id])
+        body, maker = _consumer_case(recipe, _CASES[rule_id]), _MAKER
     elif rule_id in _PRODUCER_RULES:
         body = _PRODUCER_RULES[rule_id](recipe)
     else:
         body = None
     if body is None:
         return None
-    head = f"# {spec}: {rule_id}\n# rule: {result.rule.text} ({result.rule.citation()})\n"
-    return f"{head}{recipe.imports}\n{_READER}\nRULE = {result.rule.text!r}\n{body}print(\"ok: the rule holds here\")\n"
+    return (f"# {spec}: {rule_id} ({result.rule.citation()})\n{recipe.imports}\n"
+            f"# --- helpers: DLPack's structs and capsules through ctypes ---\n{_helpers(maker + body)}{maker}\n"
+            f"# --- the check ---\nRULE = {result.rule.text!r}\n{body}"
+            'print("ok: the rule holds here")\n')
