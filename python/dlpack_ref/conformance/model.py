@@ -309,9 +309,9 @@ def ask(x, **kwargs):
     taken = keywords_taken(x)
     missing = [k for k in kwargs if k not in taken]
     if missing:
-        pre = " (a pre-1.0 producer)" if "max_version" not in taken else ""
-        raise NotSupported(f"__dlpack__ takes no {missing[0]} keyword{pre}: it accepts "
-                           f"{', '.join(sorted(taken)) or 'no keyword'}")
+        pre = ", a pre-1.0 producer" if "max_version" not in taken else ""
+        raise NotSupported(f"__dlpack__ takes no {missing[0]} keyword (TypeError for {missing[0]}="
+                           f"{KEYWORDS[missing[0]]!r}{pre})")
     if "max_version" in taken:
         kwargs.setdefault("max_version", KEYWORDS["max_version"])
     return x.__dlpack__(**kwargs)
