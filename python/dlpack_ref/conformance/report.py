@@ -4,6 +4,7 @@ schema is ``report.schema.json``, shipped beside this module)."""
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import json
 import os
 import platform
@@ -192,6 +193,7 @@ def to_json(run: Run) -> dict:
                           "summary": None, "results": []})
     return {
         "schema_version": SCHEMA_VERSION,
+        "date": datetime.date.today().isoformat(),
         "tool": {"name": "dlpack-ref", "version": dlpack_ref.__version__,
                  "dlpack_version": list(dlpack_ref.DLPACK_VERSION)},
         "environment": environment(),
