@@ -214,3 +214,17 @@ def test_explain_of_an_unknown_rule_is_a_usage_error():
     rc, out, err = _cli(["check", "--library", "dlpack_ref", "--explain", "consumer.no_such_rule"])
     assert rc == cli.EXIT_USAGE and out == ""
     assert "no rule 'consumer.no_such_rule'" in err
+
+
+def test_the_hook_of_the_conformance_page_runs_as_written(tmp_path, monkeypatch):
+    page = (Path(__file__).resolve().parents[1] / "docs" / "conformance.md").read_text()
+    [source] = re.findall(r"```python\n(# my_dlpack_hook\.py.*?)```", page, re.S)
+    (tmp_path / "my_dlpack_hook.py").write_text(source)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), os.environ["PYTHONPATH"]]))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    rc, out, _ = _cli(["check", "--library", "my_dlpack_hook", "--format", "json", "--no-matrix"])
+    [lib] = json.loads(out)["libraries"]
+    assert rc == 0 and lib["summary"]["fail"] == lib["summary"]["error"] == 0
+    not_supported = {r["check"] for r in lib["results"] if r["status"] == "not supported"}
+    assert not_supported == {"producer.read_only_flag", "producer.read_only_legacy_refused", "producer.scalar",
+                             "producer.buffererror_for_unexportable", "producer.dtype_float4"}

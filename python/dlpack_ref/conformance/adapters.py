@@ -89,7 +89,7 @@ def subject(spec: str) -> Subject:
 def _arange_values(n: int, dtype: str) -> list:
     if dtype == "bool":
         return [bool(i % 2) for i in range(n)]
-    if dtype.startswith(("float4", "float6")):
+    if dtype.startswith(("float4_", "float6_")):  # not float64
         return [float(i % 4) / 2 for i in range(n)]
     if dtype.startswith("float8_e8m0"):
         return [float(2 ** (i % 4)) for i in range(n)]

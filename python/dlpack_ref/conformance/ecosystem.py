@@ -56,11 +56,14 @@ def table(report: dict) -> str:
     cells = {(c["producer"], c["consumer"]): c for c in report.get("exchange", [])}
     if cells:
         from .exchange_matrix import cell_text
-        consumers = [n for n in names if any(c == n for _, c in cells)]
+        # a producer-only library has no column, a consumer-only one no row
+        tried = {pair for pair, cell in cells.items() if cell.get("works") or cell.get("exc_type") or "crashed" in cell}
+        consumers = [n for n in names if any(c == n for _, c in tried)]
+        producers = [n for n in names if any(p == n for p, _ in tried)]
         out += ["", "Exchange matrix (rows: producer, columns: consumer):", "",
                 *_grid(["producer \\ consumer"] + [md_escape(c) for c in consumers],
                        [[md_escape(p)] + [md_escape(cell_text(cells[(p, c)])) if (p, c) in cells else "-"
-                                          for c in consumers] for p in names if any(q == p for q, _ in cells)])]
+                                          for c in consumers] for p in producers])]
     return "\n".join(out) + "\n"
 
 
