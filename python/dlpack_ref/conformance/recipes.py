@@ -77,6 +77,14 @@ def _numpy_array(dtype, shape):
     return _numpy_like("np")(dtype, shape)
 
 
+def _from_numpy(wrap: str) -> Callable[[str, tuple], str | None]:
+    """Arrays made from NumPy's: ``wrap`` formatted with a NumPy array's source."""
+    def array(dtype, shape):
+        source = _numpy_array(dtype, shape)
+        return None if source is None else wrap.format(source)
+    return array
+
+
 _NUMPY = "import numpy as np"
 
 RECIPES: dict[str, Recipe] = {
@@ -125,14 +133,12 @@ RECIPES: dict[str, Recipe] = {
         result_values="{}._array.tolist()"),
     "tvm_ffi": Recipe(
         f"{_NUMPY}\nimport tvm_ffi",
-        lambda dtype, shape: (f"tvm_ffi.from_dlpack({_numpy_array(dtype, shape)})"
-                              if _numpy_array(dtype, shape) else None),
+        _from_numpy("tvm_ffi.from_dlpack({})"),
         own_values="np.from_dlpack({}).tolist()", from_dlpack="tvm_ffi.from_dlpack",
         result_values="np.from_dlpack({}).tolist()"),
     "cuda.core": Recipe(
         f"{_NUMPY}\nfrom cuda.core.utils import StridedMemoryView",
-        lambda dtype, shape: (f"StridedMemoryView.from_dlpack({_numpy_array(dtype, shape)}, stream_ptr=-1)"
-                              if _numpy_array(dtype, shape) else None),
+        _from_numpy("StridedMemoryView.from_dlpack({}, stream_ptr=-1)"),
         readonly=("a = np.from_dlpack(x).copy()\na.flags.writeable = False\n"
                   "x = StridedMemoryView.from_dlpack(a, stream_ptr=-1)"),
         own_values="np.from_dlpack({}).tolist()",
@@ -180,8 +186,8 @@ RECIPES: dict[str, Recipe] = {
         result_values="{}.numpy().tolist()"),
     "onnxruntime": Recipe(
         f"{_NUMPY}\nimport onnxruntime as ort",
-        lambda dtype, shape: (f"ort.OrtValue.ortvalue_from_numpy({_numpy_array(dtype, shape)})"
-                              if dtype in _NUMPY_DTYPES - {"complex64", "complex128"} else None),
+        lambda dtype, shape: (None if dtype.startswith("complex")
+                              else _from_numpy("ort.OrtValue.ortvalue_from_numpy({})")(dtype, shape)),
         own_values="{}.numpy().tolist()", from_dlpack="ort.OrtValue.from_dlpack",
         result_pointer="{}.data_ptr()", result_values="{}.numpy().tolist()"),
     "mpi4py": Recipe(

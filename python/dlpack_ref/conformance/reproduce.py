@@ -285,17 +285,24 @@ def _read_only_flag(recipe):
         ''', readonly=True)
 
 
-def _read_only_legacy_refused(recipe):
-    return _needs(recipe, "float64", (2, 3), '''\
+def _buffererror(what: str, call: str) -> str:
+    """The check that ``call`` is refused with BufferError, as source."""
+    return f'''\
         try:
-            cap = x.__dlpack__()  # a legacy capsule cannot say read-only
+            {call}
         except BufferError as e:
-            print(f"ok: BufferError ({e})")
+            print(f"ok: BufferError ({{e}})")
             sys.exit(0)
         except Exception as e:
-            fail(f"__dlpack__() of read-only data raised {exc(e)}, not BufferError")
-        fail("__dlpack__() of read-only data was accepted; it must raise BufferError")
-        ''', readonly=True)
+            fail(f"{what} raised {{exc(e)}}, not BufferError ({{e}})")
+        fail("{what} was accepted; it must raise BufferError")
+        '''
+
+
+def _read_only_legacy_refused(recipe):
+    # a legacy capsule cannot say read-only
+    return _needs(recipe, "float64", (2, 3), _buffererror("__dlpack__() of read-only data", "x.__dlpack__()"),
+                  readonly=True)
 
 
 _COPY = '''\
@@ -332,15 +339,22 @@ def _copy_true_flag(recipe):
         ''')
 
 
-def _copy_false_no_copy(recipe):
-    return _needs(recipe, "float64", (2, 3), '''\
+def _in_place(what: str, call: str) -> str:
+    """The check that ``call`` exports ``x`` where the plain export is, as source."""
+    return f'''\
         base = read(ask(x))["data"]
         try:
-            info = read(ask(x, copy=False))
+            info = read({call})
         except Exception as e:
-            fail(f"copy=False of memory exportable in place raised {exc(e)}: {e}")
+            fail(f"{what} raised {{exc(e)}}: {{e}}")
         if info["data"] != base:
-            fail(f"copy=False exported {info['data']:#x}, the array is at {base:#x}")
+            fail(f"{what} exported {{info['data']:#x}}, a copy: the array is at {{base:#x}}")
+        '''
+
+
+def _copy_false_no_copy(recipe):
+    return _needs(recipe, "float64", (2, 3), _in_place("copy=False of memory exportable in place",
+                                                       "ask(x, copy=False)"), '''\
         if info["flags"] and info["flags"] & 2:
             fail("IS_COPIED set with copy=False")
         ''')
@@ -349,30 +363,15 @@ def _copy_false_no_copy(recipe):
 def _dl_device_own(recipe):
     return _needs(recipe, "float32", (2, 3), '''\
         device = x.__dlpack_device__()
-        base = read(ask(x))["data"]
         own = tuple(int(v) if isinstance(v, int) else v for v in device)
-        try:
-            info = read(ask(x, dl_device=device))
-        except Exception as e:
-            fail(f"dl_device={own} (its own __dlpack_device__()) raised {exc(e)}: {e}")
+        ''', _in_place("dl_device={own} (its own __dlpack_device__())", "ask(x, dl_device=device)"), '''\
         if info["device"] != own:
             fail(f"exported on {info['device']}, asked for {own}")
-        if info["data"] != base:
-            fail("dl_device equal to the array's own device made a copy")
         ''')
 
 
 def _dl_device_unsupported(recipe):
-    return _needs(recipe, "float32", (2, 3), '''\
-        try:
-            ask(x, dl_device=(4, 0))  # kDLOpenCL
-        except BufferError as e:
-            print(f"ok: BufferError ({e})")
-            sys.exit(0)
-        except Exception as e:
-            fail(f"dl_device=(4, 0) raised {exc(e)}, not BufferError ({e})")
-        fail("dl_device=(4, 0) was accepted; it must raise BufferError")
-        ''')
+    return _needs(recipe, "float32", (2, 3), _buffererror("dl_device=(4, 0)", "ask(x, dl_device=(4, 0))"))
 
 
 def _stream_cpu(recipe):
