@@ -228,3 +228,30 @@ def test_the_hook_of_the_conformance_page_runs_as_written(tmp_path, monkeypatch)
     not_supported = {r["check"] for r in lib["results"] if r["status"] == "not supported"}
     assert not_supported == {"producer.read_only_flag", "producer.read_only_legacy_refused", "producer.scalar",
                              "producer.buffererror_for_unexportable", "producer.dtype_float4"}
+
+
+def test_the_ecosystem_table_of_a_json_report(tmp_path):
+    crashing = "support.broken_consumer:crashing_from_dlpack"
+    rc, out, _ = _cli(["check", "--library", "dlpack_ref", "--library", crashing, "--format", "json"])
+    report = tmp_path / "report.json"
+    report.write_text(out)
+    table = subprocess.run([sys.executable, "-m", "dlpack_ref.conformance.ecosystem", str(report)],
+                           capture_output=True, text=True, check=True).stdout
+    data = json.loads(out)
+    head, summary, rules, _, matrix = table.split("\n\n")
+    assert head == (f"Made on {data['date']} with dlpack-ref {dr.__version__}, CPython "
+                    f"{data['environment']['python']} on {data['environment']['machine']} "
+                    f"({data['environment']['platform']}).")
+
+    def grid(block):
+        return {row[0]: row[1:] for row in (line.strip("| ").split(" | ") for line in block.splitlines()[2:])}
+
+    counts = data["libraries"][0]["summary"]
+    assert grid(summary)["dlpack\\_ref"] == [dr.__version__, str(counts["pass"]), "0", str(counts["not supported"]), "0"]
+    by_rule = grid(rules)
+    assert by_rule["consumer.shape\\_null"] == ["ok", "CRASH (SIGSEGV)"]
+    assert by_rule["consumer.copy\\_true"] == ["ok", "FAIL"]
+    assert by_rule["producer.copy\\_true\\_copies"] == ["ok", "-"]  # a consumer only
+    assert not any(rule.startswith("cuda.") for rule in by_rule)  # no library ran a CUDA rule here
+    # the consumer-only library has a column in the exchange matrix, no row
+    assert grid(matrix) == {"dlpack\\_ref": ["zero-copy", "zero-copy"]}
