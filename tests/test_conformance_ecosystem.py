@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import functools
+import gc
 import json
 import os
 import re
@@ -24,7 +25,7 @@ import dlpack_ref as dr
 from dlpack_ref import conformance as conf
 from dlpack_ref.conformance import Consumer, Status, adapters, consumer, runner
 from dlpack_ref.conformance.model import keywords_taken, result_from_dict
-from dlpack_ref.testing import CapsuleFactory, ForeignProducer
+from dlpack_ref.testing import DELETER_T, CapsuleFactory, ForeignProducer, read_capsule
 
 INSTALLED, _ = adapters.installed()
 
@@ -336,3 +337,19 @@ def test_negative_strides_read_forwards_are_wrong_values():
 
     [r] = conf.check(from_dlpack=forwards, name="forwards", only=["consumer.negative_strides"])
     assert r.status is Status.FAIL and r.detail.startswith("values [3.0, 2.0, 1.0], expected [1.0, 2.0, 3.0]")
+
+
+@pytest.mark.parametrize("versioned", [True, False], ids=["versioned", "legacy"])
+def test_a_deleter_called_by_a_consumer_that_kept_the_name_is_counted_twice(versioned):
+    # PyTorch and TensorFlow refusing a device tensor do this. The capsule
+    # destructor then calls the deleter again, which the factory counts,
+    # instead of reading the struct the first call freed (before: the
+    # checker's child died of SIGSEGV in the factory, reported as a crash).
+    f = CapsuleFactory()
+    cap = f.make(shape=(3,), versioned=versioned)
+    info = read_capsule(cap)
+    DELETER_T(info["deleter"])(info["address"])
+    assert f.deleter_calls == 1
+    del cap
+    gc.collect()
+    assert f.calls_for(f.last_id) == 2
