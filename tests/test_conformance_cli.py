@@ -4,6 +4,7 @@ library through the generic adapter, the report formats and the JSON schema."""
 import json
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import sysconfig
@@ -174,3 +175,83 @@ def test_version_and_help_name_the_console_script():
     module_help = subprocess.run([sys.executable, "-m", "dlpack_ref", "--help"], capture_output=True, text=True,
                                  check=True).stdout
     assert module_help.startswith("usage: python -m dlpack_ref")
+
+
+def _run_source(source: str, tmp_path) -> subprocess.CompletedProcess:
+    path = tmp_path / "repro.py"
+    path.write_text(source)
+    return subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=120)
+
+
+def test_json_carries_a_reproduction_for_each_failure_that_shows_it(broken_run, tmp_path):
+    [_, lib] = json.loads(broken_run[1])["libraries"]
+    by_id = {r["check"]: r for r in lib["results"]}
+    assert {rule for rule, r in by_id.items() if r["reproduction"]} == set(BROKEN_RULES)
+    # the broken consumer returns an empty array for a NULL shape: accepted
+    run = _run_source(by_id["consumer.shape_null"]["reproduction"], tmp_path)
+    assert run.returncode == 1
+    assert run.stdout.splitlines()[-2:] == ["expected: a NULL shape with ndim > 0 is refused",
+                                            "observed: accepted (result Array)"]
+    run = _run_source(by_id["consumer.copy_true"]["reproduction"], tmp_path)
+    assert run.returncode == 1 and run.stdout.splitlines()[-1] == "observed: copy=True imported in place (same pointer)"
+
+
+def test_explain_prints_the_rule_and_a_reproduction_that_crashes_as_the_library_did(tmp_path):
+    spec = "support.broken_consumer:crashing_from_dlpack"
+    rc, out, _ = _cli(["check", "--library", spec, "--library", "dlpack_ref", "--explain", "consumer.shape_null"])
+    assert rc == 1
+    head, _, rest = out.partition("\n\n")
+    assert head == ("consumer.shape_null: a NULL shape with ndim > 0 is refused\n"
+                    "where: DLPack header (dlpack.h, DLPack 1.3), DLTensor.shape")
+    assert f"[fail] {spec}: consumer.shape_null: the consumer crashed the process (killed by SIGSEGV)" in rest
+    assert "[pass] dlpack_ref: consumer.shape_null" in rest
+    source = rest.split("\n\n", 1)[1].split("\n[pass] dlpack_ref")[0]
+    assert source.startswith(f"# {spec}: consumer.shape_null") and "import support.broken_consumer as xp" in source
+    assert _run_source(source, tmp_path).returncode == -signal.SIGSEGV
+
+
+def test_explain_of_an_unknown_rule_is_a_usage_error():
+    rc, out, err = _cli(["check", "--library", "dlpack_ref", "--explain", "consumer.no_such_rule"])
+    assert rc == cli.EXIT_USAGE and out == ""
+    assert "no rule 'consumer.no_such_rule'" in err
+
+
+def test_the_hook_of_the_conformance_page_runs_as_written(tmp_path, monkeypatch):
+    page = (Path(__file__).resolve().parents[1] / "docs" / "conformance.md").read_text()
+    [source] = re.findall(r"```python\n(# my_dlpack_hook\.py.*?)```", page, re.S)
+    (tmp_path / "my_dlpack_hook.py").write_text(source)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), os.environ["PYTHONPATH"]]))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    rc, out, _ = _cli(["check", "--library", "my_dlpack_hook", "--format", "json", "--no-matrix"])
+    [lib] = json.loads(out)["libraries"]
+    assert rc == 0 and lib["summary"]["fail"] == lib["summary"]["error"] == 0
+    not_supported = {r["check"] for r in lib["results"] if r["status"] == "not supported"}
+    assert not_supported == {"producer.read_only_flag", "producer.read_only_legacy_refused", "producer.scalar",
+                             "producer.buffererror_for_unexportable", "producer.dtype_float4"}
+
+
+def test_the_ecosystem_table_of_a_json_report(tmp_path):
+    crashing = "support.broken_consumer:crashing_from_dlpack"
+    rc, out, _ = _cli(["check", "--library", "dlpack_ref", "--library", crashing, "--format", "json"])
+    report = tmp_path / "report.json"
+    report.write_text(out)
+    table = subprocess.run([sys.executable, "-m", "dlpack_ref.conformance.ecosystem", str(report)],
+                           capture_output=True, text=True, check=True).stdout
+    data = json.loads(out)
+    head, summary, rules, _, matrix = table.split("\n\n")
+    assert head == (f"Made on {data['date']} with dlpack-ref {dr.__version__}, CPython "
+                    f"{data['environment']['python']} on {data['environment']['machine']} "
+                    f"({data['environment']['platform']}).")
+
+    def grid(block):
+        return {row[0]: row[1:] for row in (line.strip("| ").split(" | ") for line in block.splitlines()[2:])}
+
+    counts = data["libraries"][0]["summary"]
+    assert grid(summary)["dlpack\\_ref"] == [dr.__version__, str(counts["pass"]), "0", str(counts["not supported"]), "0"]
+    by_rule = grid(rules)
+    assert by_rule["consumer.shape\\_null"] == ["ok", "CRASH (SIGSEGV)"]
+    assert by_rule["consumer.copy\\_true"] == ["ok", "FAIL"]
+    assert by_rule["producer.copy\\_true\\_copies"] == ["ok", "-"]  # a consumer only
+    assert not any(rule.startswith("cuda.") for rule in by_rule)  # no library ran a CUDA rule here
+    # the consumer-only library has a column in the exchange matrix, no row
+    assert grid(matrix) == {"dlpack\\_ref": ["zero-copy", "zero-copy"]}

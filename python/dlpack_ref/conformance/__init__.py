@@ -13,10 +13,13 @@ plugin (one test per rule, see docs/conformance.md) or::
         assert_conforms(producer_factory=make_array, from_dlpack=mylib.from_dlpack)
 
 Modules: ``model`` (Producer, Consumer, CudaProducer, Subject, Rule,
-Result), ``producer``, ``consumer`` and ``cuda_rules`` (the rules; the CUDA
-ones for libraries that make CUDA arrays), ``exchange_matrix`` (pairs of libraries),
-``runner`` (child processes), ``adapters`` (libraries by name, any module
-through the array API), ``gate`` (allowances), ``report``, ``cli``,
+Result; what a producer's ``__dlpack__`` takes), ``producer``, ``consumer``
+and ``cuda_rules`` (the rules; the CUDA ones for libraries that make CUDA
+arrays), ``exchange_matrix`` (pairs of libraries), ``runner`` (child
+processes), ``adapters`` (libraries by name, any module through the array
+API or its factory hook), ``recipes`` and ``reproduce`` (each failure as
+Python that shows it with its library alone), ``gate`` (allowances),
+``report``, ``ecosystem`` (the table of a JSON report), ``cli``,
 ``pytest_plugin``.
 """
 

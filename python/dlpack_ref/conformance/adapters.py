@@ -29,9 +29,14 @@ KNOWN = {
     "tvm_ffi": "tvm_ffi",
     "cuda.core": "cuda.core",
     "pyarrow": "pyarrow",
+    "mlx": "mlx.core",
+    "paddle": "paddle",
+    "tensorflow": "tensorflow",
+    "onnxruntime": "onnxruntime",
+    "mpi4py": "mpi4py.MPI",
 }
 _DISTRIBUTIONS = {"tvm_ffi": "apache-tvm-ffi", "cuda.core": "cuda-core", "dlpack_ref": "dlpack-ref",
-                  "array_api_strict": "array-api-strict"}
+                  "array_api_strict": "array-api-strict", "paddle": "paddlepaddle"}
 
 
 def installed() -> tuple[list[str], list[str]]:
@@ -84,7 +89,7 @@ def subject(spec: str) -> Subject:
 def _arange_values(n: int, dtype: str) -> list:
     if dtype == "bool":
         return [bool(i % 2) for i in range(n)]
-    if dtype.startswith(("float4", "float6")):
+    if dtype.startswith(("float4_", "float6_")):  # not float64
         return [float(i % 4) / 2 for i in range(n)]
     if dtype.startswith("float8_e8m0"):
         return [float(2 ** (i % 4)) for i in range(n)]
@@ -378,6 +383,133 @@ def _pyarrow():
                     unexportable=unexportable), None
 
 
+# --- MLX (the CPU build, mlx[cpu]) ------------------------------------------------------------
+
+def _mlx():
+    import mlx.core as mx
+
+    def dtype_of(dtype):
+        t = getattr(mx, "bool_" if dtype == "bool" else dtype, None)
+        if not isinstance(t, mx.Dtype):
+            raise NotSupported(f"mlx has no {dtype}")
+        return t
+
+    def factory(dtype, shape, readonly=False):
+        if readonly:
+            raise NotSupported("mlx has no read-only arrays")
+        return mx.array(_arange_values(math.prod(shape), dtype), dtype=dtype_of(dtype)).reshape(shape)
+
+    def views():
+        x = mx.arange(6, dtype=mx.float64)
+        return {"offset x[1:]": x[1:], "reversed x[::-1]": x[::-1], "strided x[::2]": x[::2],
+                "transposed m.T": x.reshape(2, 3).T}
+
+    producer = Producer("mlx", factory, tolist=_own_tolist, views=views, unexportable=lambda: {})
+    consumer = Consumer("mlx", mx.from_dlpack, tolist=_own_tolist, readonly=lambda r: False, spec="mlx")
+    return producer, consumer
+
+
+# --- PaddlePaddle ------------------------------------------------------------------------------
+
+def _paddle():
+    import numpy as np
+    import paddle
+
+    def factory(dtype, shape, readonly=False):
+        if readonly:
+            raise NotSupported("paddle has no read-only tensors")
+        values = np.array(_arange_values(math.prod(shape), dtype))
+        source = "float32" if dtype.startswith(("float8", "bfloat16")) else dtype
+        return paddle.to_tensor(values.astype(source), place=paddle.CPUPlace()).astype(dtype).reshape(list(shape))
+
+    def tolist(x):
+        # paddle's tolist of bfloat16 and float8 gives their bit patterns
+        narrow = str(x.dtype).startswith(("paddle.bfloat16", "paddle.float8"))
+        return (x.astype("float32") if narrow else x).tolist()
+
+    def views():
+        x = paddle.arange(6, dtype="float64")
+        return {"offset x[1:]": x[1:], "reversed x[::-1]": x[::-1], "strided x[::2]": x[::2],
+                "transposed m.T": x.reshape([2, 3]).T}
+
+    def unexportable():
+        indices, values = paddle.to_tensor([[0, 1], [1, 0]]), paddle.to_tensor([1.0, 2.0])
+        return {"tensor that requires grad": paddle.to_tensor([1.0], stop_gradient=False),
+                "sparse COO tensor": paddle.sparse.sparse_coo_tensor(indices, values, [2, 2])}
+
+    producer = Producer("paddle", factory, tolist=tolist, views=views, unexportable=unexportable)
+    consumer = Consumer("paddle", paddle.from_dlpack, tolist=tolist, data_ptr=lambda r: r.data_ptr(),
+                        readonly=lambda r: False, cpu_device="cpu", spec="paddle")
+    return producer, consumer
+
+
+# --- TensorFlow (tf.experimental.dlpack: legacy capsules only) ----------------------------------
+
+def _tensorflow():
+    import os
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # no start-up banner in every worker's output
+    import tensorflow as tf
+
+    def factory(dtype, shape, readonly=False):
+        # TensorFlow tensors are immutable: every one is read-only data.
+        t = getattr(tf, dtype, None)
+        if not isinstance(t, tf.DType):
+            raise NotSupported(f"tensorflow has no {dtype}")
+        n = math.prod(shape)
+        source = tf.float32 if dtype == "bfloat16" else t
+        return tf.reshape(tf.cast(tf.constant(_arange_values(n, dtype), dtype=source), t), shape)
+
+    def tolist(x):
+        return x.numpy().tolist()
+
+    def views():
+        x = tf.range(6, dtype=tf.float64)
+        return {"offset x[1:] (a copy in TensorFlow)": x[1:], "reversed x[::-1] (a copy in TensorFlow)": x[::-1],
+                "transposed tf.transpose(m) (a copy in TensorFlow)": tf.transpose(tf.reshape(x, (2, 3)))}
+
+    def unexportable():
+        return {"string tensor": tf.constant(["a", "b"])}
+
+    producer = Producer("tensorflow", factory, tolist=tolist, views=views, unexportable=unexportable)
+    consumer = Consumer("tensorflow", tf.experimental.dlpack.from_dlpack, tolist=tolist, readonly=lambda r: True,
+                        spec="tensorflow", capsule_request={})
+    return producer, consumer
+
+
+# --- ONNX Runtime (OrtValue: a pre-1.0 producer and consumer) -----------------------------------
+
+def _onnxruntime():
+    import onnxruntime as ort
+
+    def factory(dtype, shape, readonly=False):
+        if readonly:
+            raise NotSupported("onnxruntime has no read-only OrtValues")
+        try:
+            return ort.OrtValue.ortvalue_from_numpy(_numpy_array(dtype, shape))
+        except RuntimeError:
+            pass  # a type NumPy has only through ml_dtypes: ORT's own DLPack import makes it
+        import dlpack_ref as dr
+        return ort.OrtValue.from_dlpack(dr.zeros(shape, dtype=dtype))
+
+    producer = Producer("onnxruntime", factory, tolist=lambda v: v.numpy().tolist(), views=lambda: {},
+                        unexportable=lambda: {})
+    consumer = Consumer("onnxruntime", ort.OrtValue.from_dlpack, tolist=lambda v: v.numpy().tolist(),
+                        data_ptr=lambda v: v.data_ptr(), spec="onnxruntime")
+    return producer, consumer
+
+
+# --- mpi4py (a consumer: message buffers from __dlpack__) ---------------------------------------
+
+def _mpi4py():
+    from mpi4py import MPI
+
+    # MPI.buffer(x) imports x's DLPack export as a byte buffer (as every
+    # message call does): no shape, no dtype, so its results are compared
+    # as bytes; it has no copy or device keywords.
+    return None, Consumer("mpi4py", MPI.buffer, tolist=lambda b: b.tobytes(), data_ptr=lambda b: b.address,
+                          readonly=lambda b: b.readonly, spec="mpi4py", shapeless=True)
+
+
 # --- CUDA arrays (the cuda.* checks) ----------------------------------------------------------
 # Each touches CUDA only when a check asks for an array; a library that cannot
 # make one (no GPU, a CPU build) raises and the check says "not supported".
@@ -535,4 +667,5 @@ def _generic(spec: str):
 _BUILDERS: dict[str, Callable] = {
     "dlpack_ref": _dlpack_ref, "numpy": _numpy, "torch": _torch, "jax": _jax, "cupy": _cupy,
     "array_api_strict": _array_api_strict, "tvm_ffi": _tvm_ffi, "cuda.core": _cuda_core, "pyarrow": _pyarrow,
+    "mlx": _mlx, "paddle": _paddle, "tensorflow": _tensorflow, "onnxruntime": _onnxruntime, "mpi4py": _mpi4py,
 }

@@ -19,6 +19,7 @@ from .runner import RULES, run as run_subject, run_matrix, tasks_for
 from .exchange_matrix import cell_text
 from .gate import AllowList, blocking
 from .report import SCHEMA_VERSION, LibraryRun, Run, render
+from .reproduce import reproduction
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_MISSING = 0, 1, 2, 3
 
@@ -41,6 +42,12 @@ formats (--format, the report goes to stdout, progress to stderr):
   markdown   the same as Markdown (text escaped: __dlpack__ is not bold)
   json       machine-readable, schema version {SCHEMA_VERSION}: the file
              report.schema.json inside the dlpack_ref.conformance package
+
+explaining a rule:
+  --explain RULE runs that one rule (no exchange matrix) and prints, instead
+  of the report, the rule, where it is written, each library's result and,
+  for each failure, a reproduction: Python that shows it with that library
+  alone (also in the Markdown and JSON reports), to paste into its tracker.
 
 allowing failures:
   --allow RULE (repeatable, any library) and --allow-file FILE, whose lines
@@ -83,6 +90,8 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     check.add_argument("--rules", action="append", metavar="PATTERN",
                        help="run only the rules whose id matches (shell-style, repeatable; e.g. 'cuda.*' for "
                        "the CUDA checks)")
+    check.add_argument("--explain", metavar="RULE",
+                       help="run one rule and print it with each library's result and each failure's reproduction")
     _bench_parser(sub)
     return p
 
@@ -139,6 +148,24 @@ def _bench_parser(sub) -> None:
     bench.add_argument("--quick", action="store_true", help="a smoke run: fewer and shorter rounds")
     bench.add_argument("--instructions", action="store_true",
                        help="count instructions per call with callgrind too, where valgrind is installed (slow)")
+
+
+def explain(run: Run, rule_id: str) -> str:
+    """The rule, where it is written, and each checked library's result of
+    it, with a reproduction for each failure."""
+    rule = RULES[rule_id]
+    out = [f"{rule.id}: {rule.text}", f"where: {rule.citation()}", ""]
+    for lib, lr in run.libraries.items():
+        for r in lr.results:
+            out.append(r.line())
+            source = reproduction(lib, r)
+            if source is not None:
+                out += ["", source.rstrip(), ""]
+            elif r.failed:
+                out.append("    (no reproduction: no recipe writes this library's objects for this rule)")
+    for lib, why in run.missing.items():
+        out.append(f"{lib}: not checked ({why})")
+    return "\n".join(out)
 
 
 class _Progress:
@@ -278,6 +305,11 @@ def main(argv=None, prog: str | None = None) -> int:
     except (OSError, ValueError) as e:
         progress.say(f"error: --allow-file: {e}")
         return EXIT_USAGE
+    if args.explain is not None:
+        if args.explain not in RULES:
+            progress.say(f"error: --explain: no rule {args.explain!r} (the rule ids are in every report)")
+            return EXIT_USAGE
+        args.rules, args.no_matrix = [args.explain], True
     run = execute(args, allow.plus(args.allow), progress)
-    print(render(run, args.format))
+    print(explain(run, args.explain) if args.explain is not None else render(run, args.format))
     return run.exit_status

@@ -9,12 +9,15 @@ reported with its signal instead of ending the run.
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import gc
 import struct
 from typing import Any, Callable
 
-from dlpack_ref.testing import FLAG_IS_COPIED, FLAG_READ_ONLY, NAME_USED_VERSIONED, CapsuleFactory, ForeignProducer, capsule_name
+from dlpack_ref.testing import (
+    FLAG_IS_COPIED, FLAG_READ_ONLY, NAME_USED_VERSIONED, CapsuleFactory, ForeignProducer, capsule_name, read_capsule,
+)
 
 from .model import Consumer, Result, Rule, Status, exc_name, short
 
@@ -32,7 +35,7 @@ def _f64(values) -> bytes:
 
 def _attempt(c: Consumer, obj, *, read_values=True, **kwargs) -> dict:
     try:
-        r = c.from_dlpack(obj, **kwargs)
+        r = c.take(obj, **kwargs)
     except Exception as e:
         # a TypeError of the consumer's own signature refusing the keyword,
         # not one of the producer (whose messages name __dlpack__) passed along
@@ -64,9 +67,20 @@ class _KeepingProducer(ForeignProducer):
     capsule = None
     name_before = None
 
+    def __init__(self, factory, *, elements=(), **kwargs):
+        super().__init__(factory, **kwargs)
+        # float64 values of a 1-D tensor written along its strides (the
+        # factory's fill runs forward from the first element only)
+        self.elements = elements
+
     def __dlpack__(self, **kwargs):
         self.capsule = super().__dlpack__(**kwargs)
         self.name_before = capsule_name(self.capsule)
+        if self.elements:
+            info = read_capsule(self.capsule)
+            first, step = info["data"] + info["byte_offset"], info["strides"][0] * 8
+            for i, value in enumerate(self.elements):
+                ctypes.c_double.from_address(first + i * step).value = value
         return self.capsule
 
 
@@ -85,6 +99,7 @@ def _plain(**make):
             out["name_after"] = name.decode() if name else None
             out["name_before"] = p.name_before.decode() if p.name_before else None
         return out
+    run.setup = {"producer": make, "keep": True}
     return run
 
 
@@ -95,9 +110,30 @@ def _via_producer(read_values=True, call_kwargs=None, **producer_kwargs):
             return {"outcome": "keyword", "exc_type": None, "exc_message": None}
         p = ForeignProducer(f, **producer_kwargs)
         out = _attempt(c, p, read_values=read_values, **kwargs)
+        out["call_kwargs"] = {k: v for k, v in kwargs.items() if k == "copy"}
         out["calls"] = _calls(p)
         out["source_ptr"] = f.last_data
         return out
+    run.setup = {"producer": producer_kwargs, "call": call_kwargs, "read_values": read_values}
+    return run
+
+
+def _in_place_or_why(**producer_kwargs):
+    """The import, and when the consumer copied, whether it can import in
+    place at all: ``from_dlpack(x, copy=False)`` of the same producer (a
+    consumer that cannot share host memory refuses it, as the standard
+    says, and then copying is its only way)."""
+    first = _via_producer(**producer_kwargs)
+
+    def run(c, f):
+        out = first(c, f)
+        if out.get("outcome") == "ok" and out.get("ptr") != out.get("source_ptr"):
+            # a factory of its own: this case counts the first import's deleter only
+            out["copy_false"] = _via_producer(read_values=False, call_kwargs={"copy": False},
+                                              **producer_kwargs)(c, CapsuleFactory())
+            out["copy_false"].pop("_result", None)
+        return out
+    run.setup = first.setup
     return run
 
 
@@ -115,6 +151,9 @@ def _twice(c, f):
     return {"outcome": first["outcome"], "name_after": name.decode() if name else None, "second": second,
             "exc_type": second.get("exc_type"), "exc_message": second.get("exc_message"),
             "_result": first.get("_result")}
+
+
+_twice.setup = {"producer": {"shape": (3,), "dtype": F64, "fill": _f64([1, 2, 3])}, "keep": True, "twice": True}
 
 
 # --- judging: one function per kind of case --------------------------------------
@@ -141,17 +180,32 @@ def _accepts(case, out, problems):
     if _refused(out):
         return Status.FAIL, ["refused"]
     _values_problems(case, out, problems)
-    notes = ["accepted with the right values"]
+    notes = ["accepted" if problems else "accepted with the right values"]
     if out.get("deleters_during"):
         notes.append("data copied and released at once")
     return None, notes
 
 
+def _cannot_share(out) -> bool:
+    """A refusal of copy=False with the standard's errors for a copy that
+    would be needed: ValueError (from_dlpack) or BufferError (__dlpack__)."""
+    mro = out.get("exc_mro", [])
+    return _refused(out) and ("ValueError" in mro or "BufferError" in mro)
+
+
 def _accepts_in_place(case, out, problems):
     if _refused(out):
+        if out.get("call_kwargs") == {"copy": False} and _cannot_share(out):
+            return Status.NOT_SUPPORTED, [f"copy=False refused with {out.get('exc_type')}: the consumer cannot "
+                                          "import this memory in place, and says so as the standard asks"]
         return Status.FAIL, ["refused"]
     _values_problems(case, out, problems)
     if out.get("ptr") != out.get("source_ptr"):
+        no_copy = out.get("copy_false")
+        if no_copy is not None and _cannot_share(no_copy):
+            why = (f"copied: the consumer cannot import this memory in place (copy=False refused with "
+                   f"{no_copy.get('exc_type')}: {no_copy.get('exc_message')})")
+            return (Status.FAIL if problems else Status.NOT_SUPPORTED), [why]
         problems.append(f"copied (pointer {out.get('ptr')} != source {out.get('source_ptr')})")
         return None, []
     if out.get("deleters_during"):
@@ -276,36 +330,48 @@ class Case:
     want: Any = None
     deleters: int = 1
     needs_versioned: bool = False
+    asks_producer: bool = False  # the point is how from_dlpack calls __dlpack__
+    about_dtype: bool = False  # the point is the element type, which a byte buffer does not have
 
 
-def _case(cid, text, source, where, run, judge, want=None, deleters=1, needs_versioned=False):
-    return Case(Rule("consumer." + cid, text, source, where), run, judge, want, deleters, needs_versioned)
+def _case(cid, text, source, where, run, judge, want=None, deleters=1, needs_versioned=False,
+          asks_producer=False, about_dtype=False):
+    return Case(Rule("consumer." + cid, text, source, where), run, judge, want, deleters, needs_versioned,
+                asks_producer, about_dtype)
 
 
 _V123 = [1.0, 2.0, 3.0]
 CASES: list[Case] = [
     _case("zero_copy_import", "a valid versioned capsule is imported in place with its values", "array-api",
-          "from_dlpack", _via_producer(shape=(3,), dtype=F64, fill=_f64(_V123)), _accepts_in_place, _V123),
+          "from_dlpack", _in_place_or_why(shape=(3,), dtype=F64, fill=_f64(_V123)), _accepts_in_place, _V123),
     _case("max_version_passed", "from_dlpack calls __dlpack__(max_version=(1, m)) to ask for a versioned capsule",
           "array-api", "from_dlpack: 'consumers ... must pass max_version'",
-          _via_producer(shape=(3,), dtype=F64, fill=_f64(_V123)), _asks_max_version),
+          _via_producer(shape=(3,), dtype=F64, fill=_f64(_V123)), _asks_max_version, asks_producer=True),
     _case("legacy_fallback", "a producer rejecting max_version (TypeError) is asked again without it",
           "python", "Python spec: fallback for pre-1.0 producers",
-          _via_producer(legacy_only=True, shape=(3,), dtype=F64, fill=_f64(_V123)), _falls_back_to_legacy, _V123),
+          _via_producer(legacy_only=True, shape=(3,), dtype=F64, fill=_f64(_V123)), _falls_back_to_legacy, _V123,
+          asks_producer=True),
     _case("capsule_renamed", "a consumed capsule is renamed 'used_dltensor_versioned' / 'used_dltensor'",
           "python", "Python spec: capsule renaming", _plain(shape=(3,), dtype=F64, fill=_f64(_V123)), _renames),
     _case("consumed_twice", "a capsule is consumed once; handing it over again is refused", "python",
           "Python spec: a capsule is consumed exactly once", _twice, _refuses_second_import),
     _case("byte_offset", "byte_offset is honoured (data + byte_offset is the first element)", "header",
           "DLTensor.byte_offset", _plain(shape=(3,), dtype=F64, byte_offset=8, fill=_f64(_V123)), _accepts, _V123),
+    _case("negative_strides", "a negative stride (a reversed view) is honoured: the values are read backwards "
+          "from the first element, or the tensor is refused", "header", "DLTensor.strides (in elements, signed)",
+          _plain(shape=(3,), dtype=F64, strides=(-1,), elements=_V123), _accepts_or_refuses, _V123),
     _case("null_strides_v1_1", "NULL strides in a version 1.1 capsule mean row-major", "header",
           "DLTensor.strides (NULL = row-major before 1.2)",
           _plain(shape=(2, 2), dtype=F64, version=(1, 1), strides="null", fill=_f64([1, 2, 3, 4]),
                  versioned=True), _accepts, [[1.0, 2.0], [3.0, 4.0]], needs_versioned=True),
-    _case("null_strides_legacy", "NULL strides in a legacy capsule mean row-major", "header",
-          "DLTensor.strides (NULL = row-major before 1.2)",
-          _plain(shape=(2, 2), dtype=F64, versioned=False, strides="null", fill=_f64([1, 2, 3, 4])),
+    _case("null_strides_legacy", "NULL strides in a legacy capsule (of a pre-1.0 producer) mean row-major",
+          "header", "DLTensor.strides (NULL = row-major before 1.2)",
+          _plain(shape=(2, 2), dtype=F64, legacy_only=True, strides="null", fill=_f64([1, 2, 3, 4])),
           _accepts, [[1.0, 2.0], [3.0, 4.0]]),
+    _case("legacy_answer", "a legacy 'dltensor' capsule answering a max_version request (from a producer "
+          "without DLPack 1.x) is imported", "python",
+          "Python spec: __dlpack__ max_version (a producer may return a capsule of an older version)",
+          _plain(shape=(3,), dtype=F64, versioned=False, fill=_f64(_V123)), _accepts, _V123, needs_versioned=True),
     _case("null_strides_v1_3", "NULL strides in a version 1.3 capsule (forbidden since 1.2) are refused or "
           "read as row-major", "header", "DLTensor.strides (non-NULL required since 1.2)",
           _plain(shape=(2, 2), dtype=F64, strides="null", fill=_f64([1, 2, 3, 4]), versioned=True),
@@ -341,7 +407,7 @@ CASES: list[Case] = [
                                                fill=_f64(_V123)), _accepts_in_place, _V123),
     _case("producer_buffererror", "a BufferError from __dlpack__ reaches the caller as BufferError",
           "array-api", "from_dlpack, Raises", _via_producer(raises=BufferError("cannot export (test)")),
-          _refuses_with_buffererror, deleters=0),
+          _refuses_with_buffererror, deleters=0, asks_producer=True),
     _case("producer_returns_non_capsule", "__dlpack__ returning a non-capsule is refused, no crash",
           "python", "Python spec: __dlpack__ returns a PyCapsule", _via_producer(returns=42), _refuses,
           deleters=0),
@@ -363,12 +429,14 @@ CASES: list[Case] = [
     _case("extent_overflow", "a shape whose size overflows int64 is refused", "header", "DLTensor.shape",
           _plain(shape=(2 ** 62, 8)), _refuses),
     _case("dtype_unknown_code", "an unknown dtype code (99) is refused with BufferError", "array-api",
-          "from_dlpack, Raises: BufferError (incompatible dtype)", _plain(dtype=(99, 32, 1)), _refuses_with_buffererror),
+          "from_dlpack, Raises: BufferError (incompatible dtype)", _plain(dtype=(99, 32, 1)), _refuses_with_buffererror,
+          about_dtype=True),
     _case("dtype_bad_bits", "float with 24 bits is refused with BufferError", "array-api",
-          "from_dlpack, Raises: BufferError (incompatible dtype)", _plain(dtype=(2, 24, 1)), _refuses_with_buffererror),
+          "from_dlpack, Raises: BufferError (incompatible dtype)", _plain(dtype=(2, 24, 1)), _refuses_with_buffererror,
+          about_dtype=True),
     _case("dtype_lanes", "float32 with lanes=4 is refused with BufferError (or read as a vector type)",
           "array-api", "from_dlpack, Raises: BufferError (incompatible dtype)", _plain(dtype=(2, 32, 4)),
-          _refuses_with_buffererror),
+          _refuses_with_buffererror, about_dtype=True),
     _case("device_opencl", "an OpenCL tensor (bogus pointer) is refused with BufferError, never read",
           "array-api", "from_dlpack, Raises: BufferError (incompatible device)",
           _plain(device=(4, 0), data=BOGUS_DEVICE_POINTER), _refuses_device),
@@ -380,9 +448,22 @@ CASES: list[Case] = [
 RULES = {case.rule.id: case.rule for case in CASES}
 
 
+def _request(kwargs: dict) -> str:
+    return "__dlpack__(" + ", ".join(f"{k}={v!r}" for k, v in kwargs.items()) + ")"
+
+
 def run_case(c: Consumer, case: Case) -> Result:
     """Run one case (in the child the runner made), count the deleters after
     every object of it is gone, and judge it."""
+    if case.asks_producer and c.capsule_request is not None:
+        return Result(case.rule, Status.NOT_SUPPORTED, "from_dlpack takes a capsule, not an object with "
+                      f"__dlpack__, so it never calls __dlpack__ (its users call {_request(c.capsule_request)})",
+                      subject=c.name)
+    if case.about_dtype and c.shapeless:
+        return Result(case.rule, Status.NOT_SUPPORTED, "the results are byte buffers without a dtype: any "
+                      "element type is bytes to this consumer", subject=c.name)
+    if case.want is not None:
+        case = dataclasses.replace(case, want=c.expected(case.want, "float64"))
     f = CapsuleFactory()
     try:
         out = case.run(c, f)

@@ -218,6 +218,15 @@ class Consumer:
     ``device=`` takes for the CPU (None: no device keyword). ``spec``:
     ``"module:attr"`` naming this Consumer or its ``from_dlpack`` in a fresh
     process; without one, the cases run in a forked child.
+    ``capsule_request``: None when ``from_dlpack`` takes an object with
+    ``__dlpack__`` (the standard's form); for a ``from_dlpack`` that takes
+    only a capsule, the keywords its users export with
+    (``{}``: a legacy ``dltensor`` capsule, ``{"max_version": (1, 3)}``: a
+    versioned one), and the checker hands it ``x.__dlpack__(**capsule_request)``;
+    the cases about what ``from_dlpack`` asks of ``__dlpack__`` are then
+    not supported. ``shapeless``: the results are byte buffers without shape
+    or dtype (``tolist(r)`` returns their bytes), compared with the
+    expected values' bytes in C order.
     """
 
     name: str
@@ -227,9 +236,23 @@ class Consumer:
     readonly: Callable[[Any], bool | None] | None = None
     cpu_device: Any = None
     spec: str | None = None
+    capsule_request: dict | None = None
+    shapeless: bool = False
 
     def values(self, r):
         return self.tolist(r) if self.tolist is not None else dlpack_ref.from_dlpack(r).tolist()
+
+    def expected(self, values, dtype: str):
+        """What :meth:`values` gives for a result holding ``values`` of
+        ``dtype``: the values, or their bytes for a shapeless consumer."""
+        return bytes(memoryview(dlpack_ref.asarray(values, dtype=dtype))) if self.shapeless else values
+
+    def take(self, x, **kwargs):
+        """``from_dlpack(x, **kwargs)``, handing a capsule-taking one the
+        capsule its users would export from ``x``."""
+        if self.capsule_request is not None:
+            x = x.__dlpack__(**self.capsule_request)
+        return self.from_dlpack(x, **kwargs)
 
     def pointer(self, r) -> int:
         if self.data_ptr is not None:
@@ -243,12 +266,61 @@ class Consumer:
         return bool(info["flags"] & FLAG_READ_ONLY) if info["versioned"] else None
 
 
+#: The keywords the standard gives ``__dlpack__``, each with the value a
+#: consumer passes to ask for nothing in particular (``max_version``: the
+#: version every consumer of this checker asks for).
+KEYWORDS = {"max_version": dlpack_ref.DLPACK_VERSION, "stream": None, "dl_device": None, "copy": None}
+_TAKEN: dict[type, frozenset] = {}
+
+
+def keywords_taken(x) -> frozenset:
+    """The keywords of :data:`KEYWORDS` that ``type(x).__dlpack__`` takes,
+    probed once per type and process: a keyword whose plain value raises
+    TypeError is not taken. Without ``max_version`` the producer is a pre-1.0
+    one, which a consumer asks without it (the spec's fallback)."""
+    taken = _TAKEN.get(type(x))
+    if taken is None:
+        found = set()
+        for keyword, value in KEYWORDS.items():
+            try:
+                x.__dlpack__(**{keyword: value})
+            except TypeError:
+                continue
+            except Exception:
+                pass  # taken, and refused for a reason of the producer's own
+            found.add(keyword)
+        taken = frozenset(found)
+        if taken:  # nothing taken may be this object's refusal of any export: ask again next time
+            _TAKEN[type(x)] = taken
+    return taken
+
+
+def ask(x, **kwargs):
+    """``x.__dlpack__(**kwargs)`` as a consumer that knows the producer's
+    capability (:func:`keywords_taken`) calls it: ``max_version`` added
+    when the producer takes it, never sent to a pre-1.0 producer.
+
+    Raises
+    ------
+    NotSupported
+        When a keyword in ``kwargs`` is one ``__dlpack__`` does not take:
+        the request cannot be made, whatever the rule wanted to see.
+    """
+    taken = keywords_taken(x)
+    missing = [k for k in kwargs if k not in taken]
+    if missing:
+        pre = ", a pre-1.0 producer" if "max_version" not in taken else ""
+        raise NotSupported(f"__dlpack__ takes no {missing[0]} keyword (TypeError for {missing[0]}="
+                           f"{KEYWORDS[missing[0]]!r}{pre})")
+    if "max_version" in taken:
+        kwargs.setdefault("max_version", KEYWORDS["max_version"])
+    return x.__dlpack__(**kwargs)
+
+
 def export_any(x):
-    """A capsule of x, versioned when the producer has it."""
-    try:
-        return x.__dlpack__(max_version=dlpack_ref.DLPACK_VERSION)
-    except TypeError:
-        return x.__dlpack__()
+    """A capsule of x, versioned when the producer has it: the plain request
+    of a consumer (:func:`ask` with no keyword)."""
+    return ask(x)
 
 
 def data_pointer(x) -> int:

@@ -26,8 +26,8 @@ from dlpack_ref.testing import (
 )
 
 from .model import (
-    CheckFailed, NotSupported, Producer, Result, Rule, RuleTable, data_pointer, dlpack_values, exc_name, export_any,
-    first_element, flag_set, same_values, short,
+    CheckFailed, NotSupported, Producer, Result, Rule, RuleTable, ask, data_pointer, dlpack_values, exc_name,
+    export_any, first_element, flag_set, keywords_taken, same_values, short,
 )
 
 _DEVICE_TYPES = frozenset(int(m) for m in DeviceType)
@@ -50,6 +50,8 @@ def _export(x, **kwargs):
 def _must_succeed(what: str, fn):
     try:
         return fn()
+    except NotSupported:
+        raise
     except Exception as e:
         raise CheckFailed(f"{what} raised", e) from e
 
@@ -63,13 +65,36 @@ def _table_call(what: str, fn) -> None:
 
 
 def _read_export(what: str, fn) -> dict:
-    """The fields of the capsule ``fn`` exports; CheckFailed naming ``what`` when it raises."""
-    return read_capsule(_must_succeed(what, fn))
+    """The fields of the capsule ``fn`` exports; CheckFailed naming ``what``
+    when it raises or returns something that is no DLPack capsule."""
+    capsule = _must_succeed(what, fn)
+    try:
+        return read_capsule(capsule)
+    except (TypeError, ValueError) as e:
+        raise CheckFailed(f"{what} returned {short(repr(capsule), 80)}, not a DLPack capsule", e) from e
+
+
+def _device_of(x) -> tuple:
+    """``x.__dlpack_device__()``, which must answer for an array that exports."""
+    return _must_succeed("__dlpack_device__()", x.__dlpack_device__)
+
+
+def _plain_export(x) -> dict:
+    """The fields of the plain export of an array the check goes on with."""
+    return _read_export("the plain export __dlpack__()", lambda: export_any(x))
+
+
+def _values_read(x):
+    """The values of ``x`` as dlpack-ref imports them: the check's reading
+    of the library's export, which must work for a valid array."""
+    return _must_succeed("dlpack_ref.from_dlpack of the export", lambda: dlpack_values(x))
 
 
 def _refused_with_buffererror(what: str, fn) -> str:
     try:
         capsule = fn()
+    except NotSupported:
+        raise
     except BufferError as e:
         return f"{what}: BufferError ({short(e, 120)})"
     except Exception as e:
@@ -101,8 +126,7 @@ def _versioned_capsule(p: Producer) -> str:
     seen = []
     legacy = []
     for mv in ((1, 0), (1, 3)):
-        cap = _must_succeed(f"__dlpack__(max_version={mv})", lambda: _export(x, max_version=mv))
-        info = read_capsule(cap)
+        info = _read_export(f"__dlpack__(max_version={mv})", lambda: ask(x, max_version=mv))
         if info["name"] == NAME_LEGACY:
             legacy.append(mv)
             continue
@@ -123,7 +147,7 @@ def _versioned_capsule(p: Producer) -> str:
         "array-api", "array.__dlpack__, max_version")
 def _newer_major(p: Producer) -> str:
     x = p.make("float32", (2, 3))
-    info = _read_export("__dlpack__(max_version=(2, 0))", lambda: _export(x, max_version=(2, 0)))
+    info = _read_export("__dlpack__(max_version=(2, 0))", lambda: ask(x, max_version=(2, 0)))
     if info["versioned"] and info["version"][0] > 2:
         raise CheckFailed(f"stamped {info['version']}, newer than asked")
     return f"capsule {info['name'].decode()} version {info['version']}"
@@ -134,7 +158,7 @@ def _newer_major(p: Producer) -> str:
         "header", "DLTensor.strides (required non-NULL since DLPack 1.2)")
 def _strides_not_null(p: Producer) -> str:
     x = p.make("float32", (2, 3))
-    info = read_capsule(export_any(x))
+    info = _plain_export(x)
     new = info["versioned"] and info["version"] >= (1, 2)
     if info["strides"] is None:
         if new:
@@ -152,7 +176,7 @@ def _zero_dim(p: Producer) -> str:
     info = _read_export("__dlpack__ of a 0-d array", lambda: export_any(x))
     if info["ndim"] != 0:
         raise CheckFailed(f"ndim {info['ndim']} for a 0-d array")
-    got, want = dlpack_values(x), p.values(x)
+    got, want = _values_read(x), p.values(x)
     if not same_values(got, want):
         raise CheckFailed(f"exported value {got!r}, the library reports {want!r}")
     return f"ndim 0, value {got!r}"
@@ -175,7 +199,10 @@ def _size_zero(p: Producer) -> str:
         "header", "DLPACK_FLAG_BITMASK_READ_ONLY; DLManagedTensorVersioned.flags")
 def _read_only_flag(p: Producer) -> str:
     x = p.make("float64", (2, 3), readonly=True)
-    info = _read_export("__dlpack__(max_version=(1, 3))", lambda: _export(x, max_version=V13))
+    if "max_version" not in keywords_taken(x):
+        raise NotSupported("a pre-1.0 producer (__dlpack__ takes no max_version): only legacy capsules, "
+                           "which cannot carry READ_ONLY")
+    info = _read_export("__dlpack__(max_version=(1, 3))", lambda: ask(x))
     return flag_set(info, READ_ONLY, "only legacy capsules, which cannot carry READ_ONLY",
                      "READ_ONLY not set for read-only data")
 
@@ -202,25 +229,37 @@ def _source_bytes(x, n: int) -> bytes:
     return ctypes.string_at(data_pointer(x), n)
 
 
+def _copy_request(x):
+    """``(capsule, None)`` of ``__dlpack__(copy=True)``, or ``(None, the
+    exception)`` it was refused with (NotSupported when the producer takes
+    no copy keyword)."""
+    try:
+        return ask(x, copy=True), None
+    except NotSupported:
+        raise
+    except Exception as e:
+        return None, e
+
+
 @_check("producer.copy_true_copies",
         "copy=True always copies: another data pointer, and writes to the copy leave the array unchanged",
         "array-api", "array.__dlpack__, copy")
 def _copy_true(p: Producer) -> str:
     x = p.make("float64", (2, 3))
-    base = data_pointer(x)
-    n = _nbytes(read_capsule(export_any(x)))
+    plain = _plain_export(x)
+    base, n = first_element(plain), _nbytes(plain)
     before = _source_bytes(x, n)
-    try:
-        cap = x.__dlpack__(max_version=V13, copy=True)
-    except BufferError as e:
-        raise NotSupported("copy=True is refused with BufferError (the standard says it must copy)", e) from e
-    except TypeError as e:
-        raise NotSupported("copy keyword not accepted", e) from e
-    info = read_capsule(cap)
+    cap, refusal = _copy_request(x)
+    if isinstance(refusal, BufferError):
+        raise NotSupported("copy=True is refused with BufferError (the standard says it must copy)", refusal)
+    if refusal is not None:
+        raise CheckFailed(f"copy=True refused with {exc_name(refusal)}: it must copy (or raise BufferError "
+                          "when it cannot)", refusal)
+    info = _read_export("__dlpack__(copy=True)", lambda: cap)
     ptr = first_element(info)
     if ptr == base:
         raise CheckFailed(f"copy=True exported the same data pointer {ptr:#x}")
-    copied = dlpack_ref.from_dlpack(cap)
+    copied = _must_succeed("dlpack_ref.from_dlpack of the copy", lambda: dlpack_ref.from_dlpack(cap))
     if ctypes.string_at(copied.data_ptr, n) != before:
         raise CheckFailed("the copy's bytes differ from the array's when __dlpack__ returns")
     ctypes.memset(copied.data_ptr, 0x5A, n)
@@ -233,12 +272,12 @@ def _copy_true(p: Producer) -> str:
         "header", "DLPACK_FLAG_BITMASK_IS_COPIED")
 def _copy_true_flag(p: Producer) -> str:
     x = p.make("float64", (2, 3))
-    try:
-        cap = x.__dlpack__(max_version=V13, copy=True)
-    except (BufferError, TypeError) as e:
-        raise NotSupported("copy=True is not supported", e) from e
-    return flag_set(read_capsule(cap), IS_COPIED, "legacy capsule: no flags to set",
-                     "IS_COPIED not set on a copy")
+    cap, refusal = _copy_request(x)
+    if refusal is not None:
+        raise NotSupported(f"copy=True is refused with {exc_name(refusal)}, so there is no copy to flag "
+                           "(producer.copy_true_copies judges the refusal)", refusal)
+    return flag_set(_read_export("__dlpack__(copy=True)", lambda: cap), IS_COPIED,
+                    "legacy capsule: no flags to set", "IS_COPIED not set on a copy")
 
 
 @_check("producer.copy_false_no_copy",
@@ -246,8 +285,8 @@ def _copy_true_flag(p: Producer) -> str:
         "array-api", "array.__dlpack__, copy")
 def _copy_false(p: Producer) -> str:
     x = p.make("float64", (2, 3))
-    base = data_pointer(x)
-    info = _export_in_place(x, "copy", "copy=False raised for memory exportable in place", copy=False)
+    base = first_element(_plain_export(x))
+    info = _export_in_place(x, "copy=False of memory exportable in place", copy=False)
     if first_element(info) != base:
         raise CheckFailed(f"copy=False exported {first_element(info):#x}, the array is at {base:#x}")
     if info["versioned"] and info["flags"] & IS_COPIED:
@@ -255,17 +294,16 @@ def _copy_false(p: Producer) -> str:
     return f"same pointer {base:#x}"
 
 
-def _export_in_place(x, keyword: str, failure: str, **kwargs) -> dict:
-    """read_capsule of ``x.__dlpack__(max_version=(1, 3), **kwargs)``, an
-    export that must succeed: a TypeError means the keyword is not
-    supported, any other error fails the check with ``failure``."""
-    try:
-        cap = x.__dlpack__(max_version=V13, **kwargs)
-    except TypeError as e:
-        raise NotSupported(f"{keyword} keyword not accepted", e) from e
-    except Exception as e:
-        raise CheckFailed(failure, e) from e
-    return read_capsule(cap)
+def _export_in_place(x, what: str, **kwargs) -> dict:
+    """The fields of ``ask(x, **kwargs)``, an export that must succeed
+    (CheckFailed "``what`` raised"; NotSupported from :func:`ask` for a
+    keyword the producer does not take)."""
+    return _read_export(what, lambda: ask(x, **kwargs))
+
+
+def _ints(device) -> tuple:
+    """A device pair with each part as an int where it is one (repr otherwise)."""
+    return tuple(int(v) if isinstance(v, int) else v for v in device)
 
 
 @_check("producer.dl_device_own",
@@ -273,12 +311,11 @@ def _export_in_place(x, keyword: str, failure: str, **kwargs) -> dict:
         "array-api", "array.__dlpack__, dl_device")
 def _dl_device_own(p: Producer) -> str:
     x = p.make("float32", (2, 3))
-    dev = x.__dlpack_device__()
-    base = data_pointer(x)
-    info = _export_in_place(x, "dl_device", f"dl_device={tuple(int(v) for v in dev)} (its own device) raised",
-                            dl_device=dev)
-    if info["device"] != (int(dev[0]), int(dev[1])):
-        raise CheckFailed(f"exported on {info['device']}, asked for {dev}")
+    dev = _device_of(x)
+    base = first_element(_plain_export(x))
+    info = _export_in_place(x, f"dl_device={_ints(dev)} (its own __dlpack_device__())", dl_device=dev)
+    if info["device"] != _ints(dev):
+        raise CheckFailed(f"exported on {info['device']}, asked for {_ints(dev)}")
     if first_element(info) != base:
         raise CheckFailed("dl_device equal to the array's own device made a copy")
     return f"dl_device={info['device']} in place"
@@ -290,20 +327,20 @@ def _dl_device_own(p: Producer) -> str:
 def _dl_device_unsupported(p: Producer) -> str:
     x = p.make("float32", (2, 3))
     return _refused_with_buffererror(f"dl_device={UNSUPPORTED_DEVICE}",
-                                     lambda: x.__dlpack__(max_version=V13, dl_device=UNSUPPORTED_DEVICE))
+                                     lambda: ask(x, dl_device=UNSUPPORTED_DEVICE))
 
 
 @_check("producer.stream_cpu", "for CPU data only stream=None is accepted (stream=1 and -1 are refused)",
         "array-api", "array.__dlpack__, stream: 'On CPU and other device types without streams, only None is accepted'")
 def _stream_cpu(p: Producer) -> str:
     x = p.make("float32", (2, 3))
-    if int(x.__dlpack_device__()[0]) != 1:
+    if _ints(_device_of(x))[0] != 1:
         raise NotSupported("the array is not on the CPU")
-    _must_succeed("stream=None", lambda: x.__dlpack__(max_version=V13, stream=None))
+    _must_succeed("stream=None", lambda: ask(x, stream=None))
     notes = []
     for stream in (1, -1):
         try:
-            x.__dlpack__(max_version=V13, stream=stream)
+            ask(x, stream=stream)
         except AssertionError as e:
             raise CheckFailed(f"stream={stream} refused by an assert (gone under python -O)", e) from e
         except Exception as e:
@@ -331,7 +368,7 @@ def _unexportable(p: Producer) -> str:
         except Exception as e:
             bad.append(f"{label}: __dlpack_device__ raised {exc_name(e)}: {short(e, 100)}")
         try:
-            obj.__dlpack__(max_version=V13)
+            export_any(obj)
         except BufferError as e:
             notes.append(f"{label}: BufferError")
             continue
@@ -410,6 +447,8 @@ def _dtype_group(names: list[str]):
 
 
 _FLOAT8 = [n for n in DTYPES if n.startswith("float8")]
+#: rule id -> the dtype names its check makes and exports.
+DTYPE_GROUPS: dict[str, list[str]] = {}
 for _group, _names, _where in [
         ("bool", ["bool"], "kDLBool (bits 8)"),
         ("complex", ["complex64", "complex128"], "kDLComplex"),
@@ -419,6 +458,7 @@ for _group, _names, _where in [
     _check(f"producer.dtype_{_group}",
            f"{_group} arrays export with the DLPack type code ({', '.join(_names)})",
            "header", f"DLDataTypeCode, {_where}")(_dtype_group(_names))
+    DTYPE_GROUPS[f"producer.dtype_{_group}"] = _names
 
 
 # --- ownership ------------------------------------------------------------------------
@@ -462,7 +502,12 @@ def _deleter_once(p: Producer) -> str:
     x = p.make("float64", (2, 3))
     box = [x]
     notes = []
+    counted = False
+    versioned = "max_version" in keywords_taken(x)
     for kind, kwargs in (("versioned", {"max_version": V13}), ("legacy", {})):
+        if kind == "versioned" and not versioned:
+            notes.append("versioned: not available (a pre-1.0 producer)")
+            continue
         try:
             refs = _references(box)
             cap = x.__dlpack__(**kwargs)
@@ -476,7 +521,8 @@ def _deleter_once(p: Producer) -> str:
         if not spy.original:
             notes.append(f"{kind}: NULL deleter (allowed)")
             continue
-        a = dlpack_ref.from_dlpack(cap)
+        counted = True
+        a = _must_succeed(f"dlpack_ref.from_dlpack of the {kind} capsule", lambda: dlpack_ref.from_dlpack(cap))
         if spy.calls:
             raise CheckFailed(f"{kind}: deleter ran {spy.calls} time(s) while the consumer still used the data")
         del a
@@ -498,6 +544,8 @@ def _deleter_once(p: Producer) -> str:
         if leaked > 0:
             raise CheckFailed(f"{kind}: the array holds {leaked} more reference(s) after the exports ended")
         notes.append(f"{kind}: once (consumed), {dropped}")
+    if not counted:
+        raise NotSupported("no capsule with a deleter to count: " + "; ".join(notes))
     return "; ".join(notes)
 
 
@@ -621,6 +669,9 @@ def _exchange_api(p: Producer) -> str:
     stream = ctypes.c_void_p(1)
     _table_call("current_work_stream(kDLCPU, 0)",
                   lambda: STREAM_T(api.current_work_stream)(1, 0, ctypes.byref(stream)))
+    if stream.value == 1:
+        raise CheckFailed("current_work_stream(kDLCPU, 0) returned without storing a stream: "
+                          "*out_current_stream still holds the 0x1 the checker put there, expected NULL")
     if stream.value:
         raise CheckFailed(f"current_work_stream(kDLCPU, 0) gave {stream.value:#x}, expected NULL")
     notes.append(_check_allocator(api))

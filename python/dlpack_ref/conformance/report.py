@@ -4,6 +4,7 @@ schema is ``report.schema.json``, shipped beside this module)."""
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import json
 import os
 import platform
@@ -14,6 +15,7 @@ import dlpack_ref
 from .exchange_matrix import cell_text
 from .gate import AllowList
 from .model import Result, Status
+from .reproduce import reproduction
 
 #: Bumped when a field of the JSON report changes meaning or goes away.
 SCHEMA_VERSION = 1
@@ -153,6 +155,8 @@ def render(run: Run, fmt: str = "table") -> str:
         out += [f"{h}Exchange matrix (rows: producer, columns: consumer's from_dlpack)",
                 grid(["producer \\ consumer"] + consumers, rows, md), ""]
     out += [f"{h}Failures", *_failure_lines(run, md), ""]
+    if md:
+        out += _reproduction_blocks(run)
     out += [f"{h}Gate", esc(_gate_line(run))]
     return "\n".join(out)
 
@@ -160,6 +164,20 @@ def render(run: Run, fmt: str = "table") -> str:
 def tool() -> dict:
     """This tool's name and version, and the DLPack version it implements, for reports."""
     return {"name": "dlpack-ref", "version": dlpack_ref.__version__, "dlpack_version": list(dlpack_ref.DLPACK_VERSION)}
+
+
+def _reproduction_blocks(run: Run) -> list[str]:
+    """Each failure's reproduction, folded (Markdown ``<details>``)."""
+    blocks = []
+    for lib, lr in run.libraries.items():
+        for r in lr.results:
+            source = reproduction(lib, r)
+            if source is not None:
+                blocks += [f"<details><summary>{md_escape(lib)}: {md_escape(r.rule.id)}</summary>", "",
+                           "```python", source.rstrip(), "```", "</details>", ""]
+    if not blocks:
+        return []
+    return ["## Reproductions (each runs with its library alone: python repro.py)", "", *blocks]
 
 
 def environment() -> dict:
@@ -172,8 +190,8 @@ def to_json(run: Run) -> dict:
     """The JSON report (see report.schema.json)."""
     libraries = []
     for lib, lr in run.libraries.items():
-        results = [{**r.to_dict(), "allowed": run.allow.reason(lib, r.rule.id) if r.failed else None}
-                   for r in lr.results]
+        results = [{**r.to_dict(), "allowed": run.allow.reason(lib, r.rule.id) if r.failed else None,
+                    "reproduction": reproduction(lib, r)} for r in lr.results]
         libraries.append({"name": lib, "version": lr.version, "checked": True, "note": lr.note,
                           "summary": run.counts(lib), "results": results})
     for lib, why in run.missing.items():
@@ -181,6 +199,7 @@ def to_json(run: Run) -> dict:
                           "summary": None, "results": []})
     return {
         "schema_version": SCHEMA_VERSION,
+        "date": datetime.date.today().isoformat(),
         "tool": tool(),
         "environment": environment(),
         "libraries": libraries,

@@ -153,6 +153,12 @@ def _on_capsule_destroyed(capsule: int) -> None:
     if _c_string(name_address) != record.name:
         return  # a consumer renamed it: it owns the tensor now
     struct_address = _PyCapsule_GetPointer(capsule, name_address)
+    if record.released:
+        # The deleter ran already, from a consumer that kept the capsule's
+        # name: the struct is freed. Count the second call a real destructor
+        # makes instead of reading the freed struct.
+        _on_delete(struct_address)
+        return
     struct_type = DLManagedTensorVersioned if record.versioned else DLManagedTensor
     deleter = struct_type.from_address(struct_address).deleter
     if deleter:

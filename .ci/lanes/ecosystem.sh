@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The ecosystem lane: the libraries the main lane does not install, as CPU
+# wheels (mlx[cpu], paddlepaddle, tensorflow-cpu, onnxruntime, and mpi4py with
+# MPICH's wheel), with NumPy 2.4 on Python 3.11: the checker on each of them
+# (the report in the log; the gate on dlpack-ref only, since every one of them
+# fails rules today), then the checker's tests, whose ecosystem tests run each
+# library's rules, assert that none answers "error", and run every failure's
+# reproduction in a fresh interpreter.
+set -euo pipefail
+# shellcheck source=../lane_lib.sh
+. .ci/lane_lib.sh
+lane_venv "$(lane_python 3.11)"
+lane_install "==2.4.*"
+ECOSYSTEM=(mlx paddle tensorflow onnxruntime mpi4py)
+pip install --quiet --only-binary=:all: "numpy==2.4.*" "mlx[cpu]" paddlepaddle tensorflow-cpu onnxruntime mpich mpi4py
+pip check
+python -c 'import importlib.metadata as m; print("lane:", *(f"{d} {m.version(d)}" for d in ("mlx", "paddlepaddle", "tensorflow-cpu", "onnxruntime", "mpi4py", "mpich")))'
+
+echo "== the checker on ${ECOSYSTEM[*]} =="
+libraries=()
+for lib in dlpack_ref "${ECOSYSTEM[@]}"; do libraries+=(--library "$lib"); done
+python -m dlpack_ref check "${libraries[@]}" --fail-on dlpack_ref --format json > "$CI_LANE_DIR/ecosystem.json"
+python -m dlpack_ref.conformance.ecosystem "$CI_LANE_DIR/ecosystem.json"
+
+run_pytest "the checker's tests with ${ECOSYSTEM[*]}" tests/test_conformance_ecosystem.py tests/test_conformance.py \
+    tests/test_conformance_cli.py
