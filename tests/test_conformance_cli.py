@@ -2,12 +2,14 @@
 library through the generic adapter, the report formats and the JSON schema."""
 
 import json
+import os
 import re
 import shutil
 import signal
 import subprocess
 import sys
 import sysconfig
+from pathlib import Path
 
 import jsonschema
 import pytest
@@ -198,7 +200,7 @@ def test_json_carries_a_reproduction_for_each_failure_that_shows_it(broken_run, 
 
 def test_explain_prints_the_rule_and_a_reproduction_that_crashes_as_the_library_did(tmp_path):
     spec = "support.broken_consumer:crashing_from_dlpack"
-    rc, out, _ = _cli(["check", "--library", spec, "--library", "dlpack_ref", "--explain", "consumer.shape_null"])
+    rc, out, _ = command.run(["check", "--library", spec, "--library", "dlpack_ref", "--explain", "consumer.shape_null"])
     assert rc == 1
     head, _, rest = out.partition("\n\n")
     assert head == ("consumer.shape_null: a NULL shape with ndim > 0 is refused\n"
@@ -211,7 +213,7 @@ def test_explain_prints_the_rule_and_a_reproduction_that_crashes_as_the_library_
 
 
 def test_explain_of_an_unknown_rule_is_a_usage_error():
-    rc, out, err = _cli(["check", "--library", "dlpack_ref", "--explain", "consumer.no_such_rule"])
+    rc, out, err = command.run(["check", "--library", "dlpack_ref", "--explain", "consumer.no_such_rule"])
     assert rc == cli.EXIT_USAGE and out == ""
     assert "no rule 'consumer.no_such_rule'" in err
 
@@ -222,7 +224,7 @@ def test_the_hook_of_the_conformance_page_runs_as_written(tmp_path, monkeypatch)
     (tmp_path / "my_dlpack_hook.py").write_text(source)
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), os.environ["PYTHONPATH"]]))
     monkeypatch.syspath_prepend(str(tmp_path))
-    rc, out, _ = _cli(["check", "--library", "my_dlpack_hook", "--format", "json", "--no-matrix"])
+    rc, out, _ = command.run(["check", "--library", "my_dlpack_hook", "--format", "json", "--no-matrix"])
     [lib] = json.loads(out)["libraries"]
     assert rc == 0 and lib["summary"]["fail"] == lib["summary"]["error"] == 0
     not_supported = {r["check"] for r in lib["results"] if r["status"] == "not supported"}
@@ -232,7 +234,7 @@ def test_the_hook_of_the_conformance_page_runs_as_written(tmp_path, monkeypatch)
 
 def test_the_ecosystem_table_of_a_json_report(tmp_path):
     crashing = "support.broken_consumer:crashing_from_dlpack"
-    rc, out, _ = _cli(["check", "--library", "dlpack_ref", "--library", crashing, "--format", "json"])
+    rc, out, _ = command.run(["check", "--library", "dlpack_ref", "--library", crashing, "--format", "json"])
     report = tmp_path / "report.json"
     report.write_text(out)
     table = subprocess.run([sys.executable, "-m", "dlpack_ref.conformance.ecosystem", str(report)],

@@ -16,7 +16,7 @@ import json
 import re
 import sys
 
-from .report import md_escape
+from .report import grid, md_escape
 
 _MARK = {"pass": "ok", "fail": "FAIL", "not supported": "n/s", "error": "ERR"}
 
@@ -28,8 +28,8 @@ def cell(result: dict) -> str:
 
 
 def _grid(header: list[str], rows: list[list[str]]) -> list[str]:
-    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + \
-        ["| " + " | ".join(row) + " |" for row in rows]
+    """The Markdown lines of a table (cells escaped by the report's grid)."""
+    return grid(header, rows, markdown=True).splitlines()
 
 
 def table(report: dict) -> str:
@@ -44,14 +44,14 @@ def table(report: dict) -> str:
     out = [f"Made on {report.get('date', '(no date)')} with dlpack-ref {report['tool']['version']}, "
            f"{env['implementation']} {env['python']} on {env['machine']} ({env['platform']}).", ""]
     out += _grid(["library", "version", "pass", "fail", "not supported", "error"],
-                 [[md_escape(lib["name"]), lib["version"] or ""] +
+                 [[lib["name"], lib["version"] or ""] +
                   [str(lib["summary"][k]) for k in ("pass", "fail", "not supported", "error")] for lib in checked])
     missing = [f"{lib['name']} ({lib['note']})" for lib in report["libraries"] if not lib["checked"]]
     if missing:
         out += ["", "Not checked: " + md_escape(", ".join(missing)) + "."]
     names = [lib["name"] for lib in checked]
-    out += ["", *_grid(["rule"] + [md_escape(n) for n in names],
-                       [[md_escape(rule)] + [cell(results[(n, rule)]) if (n, rule) in results else "-" for n in names]
+    out += ["", *_grid(["rule"] + names,
+                       [[rule] + [cell(results[(n, rule)]) if (n, rule) in results else "-" for n in names]
                         for rule in rules])]
     cells = {(c["producer"], c["consumer"]): c for c in report.get("exchange", [])}
     if cells:
@@ -61,9 +61,9 @@ def table(report: dict) -> str:
         consumers = [n for n in names if any(c == n for _, c in tried)]
         producers = [n for n in names if any(p == n for p, _ in tried)]
         out += ["", "Exchange matrix (rows: producer, columns: consumer):", "",
-                *_grid(["producer \\ consumer"] + [md_escape(c) for c in consumers],
-                       [[md_escape(p)] + [md_escape(cell_text(cells[(p, c)])) if (p, c) in cells else "-"
-                                          for c in consumers] for p in producers])]
+                *_grid(["producer \\ consumer"] + consumers,
+                       [[p] + [cell_text(cells[(p, c)]) if (p, c) in cells else "-" for c in consumers]
+                        for p in producers])]
     return "\n".join(out) + "\n"
 
 

@@ -522,7 +522,7 @@ def _deleter_once(p: Producer) -> str:
             notes.append(f"{kind}: NULL deleter (allowed)")
             continue
         counted = True
-        a = _must_succeed(f"dlpack_ref.from_dlpack of the {kind} capsule", lambda: dlpack_ref.from_dlpack(cap))
+        a = _must_succeed(f"dlpack_ref.from_dlpack of the {kind} capsule", lambda cap=cap: dlpack_ref.from_dlpack(cap))
         if spy.calls:
             raise CheckFailed(f"{kind}: deleter ran {spy.calls} time(s) while the consumer still used the data")
         del a
