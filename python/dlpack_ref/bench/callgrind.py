@@ -18,6 +18,7 @@ is not stripped: ``starmap_next`` and ``sys_getswitchinterval`` must be found).
 
 from __future__ import annotations
 
+import functools
 import gc
 import importlib
 import json
@@ -45,6 +46,21 @@ def missing() -> str | None:
     if "asan" in os.environ.get("LD_PRELOAD", ""):
         return "valgrind cannot run a process with AddressSanitizer preloaded (LD_PRELOAD)"
     return None
+
+
+@functools.cache
+def unavailable() -> str | None:
+    """Why instructions cannot be counted here, or None when they can:
+    :func:`missing`, or a short counting run that found nothing to count
+    by (an interpreter whose symbols callgrind cannot read). Runs the probe
+    once per process (a few seconds under valgrind)."""
+    why = missing()
+    if why is None:
+        try:
+            count(f"{__name__}:source_calls", ["", {"one": "1"}], loops=2)
+        except (RuntimeError, subprocess.SubprocessError, OSError) as e:
+            why = str(e)
+    return why
 
 
 def _noop() -> None:
