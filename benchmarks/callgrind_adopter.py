@@ -83,6 +83,9 @@ def clock(folder: Path, rounds: int = 31) -> None:
 
 def main(argv=None) -> int:
     argv = list(argv or [])
+    if "-h" in argv or "--help" in argv:   # callgrind_exchange's own help would describe another script
+        print(__doc__)
+        return 0
     with_clock = "--clock" in argv
     if with_clock:
         argv.remove("--clock")
