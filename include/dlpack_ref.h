@@ -2155,9 +2155,10 @@ static inline int dlpack_ref_consumer_args(PyObject* const* args, Py_ssize_t nar
 /* The plain request, from_dlpack(x) with nothing asked, of a producer (not a
  * capsule): through `api`, the exchange table of x's type (NULL: none), when
  * it gives a tensor, else x.__dlpack__(max_version=(1, 3)) with its legacy
- * retry and the __dlpack_device__ check. 1 when the tensor came through the
- * table (which is "NoSync": ordering a CUDA tensor on the producer's stream
- * is the caller's), 0 through __dlpack__, -1 with the error set. */
+ * retry and the check that __dlpack_device__ exists (it is not called).
+ * 1 when the tensor came through the table (which is "NoSync": ordering a
+ * CUDA tensor on the producer's stream is the caller's), 0 through
+ * __dlpack__, -1 with the error set. */
 static inline int dlpack_ref_consumer_plain(PyObject* x, const DLPackExchangeAPI* api, DLPackRefTensor* out) {
     if (api != NULL) {
         int by_table = dlpack_ref_priv_take_by_table(api, x, out);
@@ -2171,7 +2172,7 @@ static inline int dlpack_ref_consumer_plain(PyObject* x, const DLPackExchangeAPI
  * caller handles): a capsule is taken as it is; a producer gives the plain
  * request's tensor (dlpack_ref_consumer_plain: its type's exchange table,
  * kept alive while it is used, else `obj.__dlpack__(max_version=(1, 3))`
- * with the legacy retry and the __dlpack_device__ check). */
+ * with the legacy retry and the check that __dlpack_device__ exists). */
 static inline int dlpack_ref_import(PyObject* obj, DLPackRefTensor* out) {
     PyObject* owner;
     const DLPackExchangeAPI* api;
