@@ -16,19 +16,24 @@ import numpy as np
 import pytest
 
 import dlpack_ref as dr
+from dlpack_ref import cli
 from dlpack_ref.bench import callgrind, chart, report, timing
-from dlpack_ref.conformance import cli
-from support import command
+from dlpack_ref.harness import registry
+from dlpack_ref.harness.output import EXIT_FAILED, EXIT_MISSING, EXIT_OK, EXIT_USAGE
+from support import command, hostile_libraries
 
 SECRET = "support.secret_copy"
 CRASHING = "support.crashing_import"
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _support_importable():
+def _support_importable(tmp_path_factory):
     """The pre-flight imports each library afresh in a child process, which
-    finds the test doubles on PYTHONPATH, as a user's own module would be."""
-    with command.support_importable():
+    finds the test doubles on PYTHONPATH, as a user's own module would be
+    (tests/support, and the hostile libraries written to a folder)."""
+    folder = tmp_path_factory.mktemp("hostile")
+    hostile_libraries.write(folder)
+    with command.support_importable(str(folder)):
         yield
 
 
@@ -45,8 +50,8 @@ def secret_run(schema):
     """numpy and the secretly copying producer, with the known libraries
     installed mocked down to numpy and one missing (--installed adds them)."""
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(cli, "installed", lambda: (["dlpack_ref", "numpy"], ["cupy"]))
-        rc, out, err = command.run(["bench", "--library", SECRET, "--installed", "--quick", "--format", "json"])
+        patch.setattr(registry, "installed", lambda: (["dlpack_ref", "numpy"], ["cupy"]))
+        rc, out, err = command.run_here(["bench", "--library", SECRET, "--installed", "--quick", "--format", "json"])
     assert rc == 0, err
     doc = json.loads(out)
     jsonschema.validate(doc, schema)
@@ -64,20 +69,47 @@ def _pair(doc, producer, consumer):
 def test_bad_arguments_exit_2(argv, capsys):
     with pytest.raises(SystemExit) as exc:
         cli.main(argv, prog="dlpack-ref")
-    assert exc.value.code == cli.EXIT_USAGE == 2
+    assert exc.value.code == EXIT_USAGE == 2
     err = capsys.readouterr().err
     assert err.startswith("usage: dlpack-ref") and "error:" in err
 
 
 def test_a_chart_file_of_another_type_is_a_usage_error(tmp_path):
     rc, out, err = command.run(["bench", "--library", "dlpack_ref", "--plot", str(tmp_path / "chart.pdf")])
-    assert rc == cli.EXIT_USAGE
+    assert rc == EXIT_USAGE
     assert out == "" and "the file must end in .png or .svg" in err
+
+
+@pytest.mark.parametrize("flag, name", [("--plot", "c.png"), ("--json", "c.json")])
+def test_a_path_that_cannot_be_written_is_a_usage_error_before_measuring(flag, name):
+    rc, out, err = command.run(["bench", "--library", "dlpack_ref", flag, f"/no/such/dir/{name}"])
+    assert rc == EXIT_USAGE
+    assert out == "" and f"error: {flag} /no/such/dir/{name}: the folder /no/such/dir does not exist" in err
+    assert "pre-flight" not in err and "Traceback" not in err
+
+
+def test_a_library_that_prints_leaves_the_json_report_intact(tmp_path, schema):
+    rc, out, err = command.run(["bench", "--library", "prints_everywhere", "--quick", "--format", "json",
+                                "--json", str(tmp_path / "bench.json")])
+    assert rc == EXIT_OK, err[-2000:]
+    doc = json.loads(out)   # stdout is the report and nothing else
+    jsonschema.validate(doc, schema)
+    assert json.loads((tmp_path / "bench.json").read_text()) == doc
+    assert "written to fd 1 at import" in err and "printed by the factory" in err
+
+
+def test_a_consumer_that_takes_capsules_is_handed_them(schema):
+    rc, out, err = command.run(["bench", "--library", "capsule_only", "--quick", "--format", "json"])
+    assert rc == EXIT_OK, err[-2000:]
+    doc = json.loads(out)
+    pair = _pair(doc, "dlpack_ref", "capsule_only")
+    assert pair["status"] == "measured", pair
+    assert pair["zero_copy"] is False   # it copies (into float64)
 
 
 def test_a_missing_library_asked_for_exits_3_before_measuring():
     rc, out, err = command.run(["bench", "--library", "no_such_lib_xyz", "--quick"])
-    assert rc == cli.EXIT_MISSING == 3
+    assert rc == EXIT_MISSING == 3
     assert out == ""
     assert "no_such_lib_xyz: cannot be imported: ModuleNotFoundError" in err
     assert "pre-flight" not in err
@@ -87,8 +119,8 @@ def test_without_matplotlib_plot_fails_before_measuring_and_removes_the_old_char
     old = tmp_path / "exchange.png"
     old.write_bytes(b"an earlier run's chart")
     monkeypatch.setitem(sys.modules, "matplotlib", None)   # import matplotlib raises ImportError
-    rc, out, err = command.run(["bench", "--library", "dlpack_ref", "--quick", "--plot", str(old)])
-    assert rc == cli.EXIT_FAILED == 1
+    rc, out, err = command.run_here(["bench", "--library", "dlpack_ref", "--quick", "--plot", str(old)])
+    assert rc == EXIT_FAILED == 1
     assert out == "" and not old.exists()
     assert "--plot needs matplotlib" in err and "was removed" in err and "pre-flight" not in err
 
@@ -119,7 +151,8 @@ def test_json_report_matches_its_schema_with_versions_machine_and_load(secret_ru
                                                  "consumer": False, "exchange_table": None}
     assert libs["dlpack_ref"]["exchange_table"] == [1, 3]
     assert doc["missing"] == [{"name": "cupy", "reason": "not installed"}]
-    assert "pre-flight: 18 calls" in err   # 3 producers x 2 consumers, 3 calls per producer, 2 copies, memcpy
+    # 3 producers x 2 consumers, 3 calls per producer, 2 copies of their own arrays, 2 of NumPy's, memcpy
+    assert "pre-flight: 20 calls" in err
 
 
 def test_every_pair_is_timed_and_zero_copy_is_judged_by_pointer(secret_run):
@@ -187,7 +220,7 @@ def test_table_and_markdown_show_the_matrix_and_the_copies(secret_run):
 
 def test_a_crashing_pair_is_reported_from_the_preflight_and_the_rest_is_timed(schema):
     rc, out, err = command.run(["bench", "--library", CRASHING, "--quick", "--format", "json"])
-    assert rc == cli.EXIT_OK
+    assert rc == EXIT_OK
     doc = json.loads(out)
     jsonschema.validate(doc, schema)
     crashed = _pair(doc, "dlpack_ref", CRASHING)
@@ -273,7 +306,8 @@ def test_warnings_for_a_loaded_machine_and_a_missing_valgrind(monkeypatch):
     cores = os.cpu_count()
     monkeypatch.setattr(os, "getloadavg", lambda: (cores + 0.5, 1.0, 1.0))
     monkeypatch.setattr(shutil, "which", lambda name: None)
-    rc, out, err = command.run(["bench", "--library", "dlpack_ref", "--quick", "--instructions", "--format", "json"])
+    rc, out, err = command.run_here(["bench", "--library", "dlpack_ref", "--quick", "--instructions", "--format",
+                                     "json"])
     assert rc == 0
     doc = json.loads(out)
     assert doc["machine"]["overloaded"] is True
@@ -295,7 +329,8 @@ def test_an_interpreter_callgrind_cannot_count_by_is_a_note_not_a_failure(monkey
     def stripped(*args, **kwargs):
         raise RuntimeError("callgrind made no dump at sys_getswitchinterval: this interpreter has no symbols to count by")
     monkeypatch.setattr(callgrind, "count", stripped)
-    rc, out, err = command.run(["bench", "--library", "dlpack_ref", "--quick", "--instructions", "--format", "json"])
+    rc, out, err = command.run_here(["bench", "--library", "dlpack_ref", "--quick", "--instructions", "--format",
+                                     "json"])
     assert rc == 0
     doc = json.loads(out)
     assert "instructions were not counted: callgrind made no dump at sys_getswitchinterval: " \
@@ -309,8 +344,7 @@ def test_quick_run_over_every_installed_library(tmp_path, schema):
     """``python -m dlpack_ref bench --quick`` in a fresh interpreter: every
     installed library of ``check`` benchmarked, the JSON valid, the chart
     drawn by this run (where matplotlib is installed)."""
-    from dlpack_ref.conformance.adapters import installed
-    found, _ = installed()
+    found, _ = registry.installed()
     png = tmp_path / "exchange.png"
     plot = ["--plot", str(png)] if _installed("matplotlib") else []
     run = subprocess.run([sys.executable, "-m", "dlpack_ref", "bench", "--quick", "--format", "json",

@@ -18,14 +18,21 @@ import sys
 import pytest
 
 import dlpack_ref as dr
-from dlpack_ref.conformance import CudaProducer, Status, adapters, cuda_rules, runner
-from dlpack_ref.conformance.cuda_rules import check_cuda
+from dlpack_ref.conformance import CudaProducer, Status, subject_of
+from dlpack_ref.conformance.rules import entries, tasks_for
+from dlpack_ref.conformance.run import run, run_here
+from dlpack_ref.harness.registry import subject as library
 from dlpack_ref.testing import FLAG_IS_COPIED, DLManagedTensorVersioned, read_capsule
 from support import cudasim, cudatest
 
 pytestmark = cudatest.marks()
 
-CUDA_RULES = list(cuda_rules.RULES)
+CUDA_RULES = [e.rule.id for e in entries() if e.side == "cuda"]
+
+
+def check_cuda(cp: CudaProducer, only=None):
+    """The CUDA rules on ``cp`` in this process."""
+    return run_here(subject_of(cuda=cp, name=cp.name), only)
 ORDERING_RULES = {"cuda.stream_handle_waits", "cuda.stream_legacy_waits", "cuda.stream_per_thread_waits",
                   "cuda.stream_none_waits", "cuda.stream_object_waits", "cuda.stream_no_sync",
                   "cuda.dl_device_cpu_readable", "cuda.dl_device_cpu_on_stream"}
@@ -36,7 +43,7 @@ def _problems(results):
 
 
 def _own():
-    return adapters.subject("dlpack_ref").cuda
+    return library("dlpack_ref").cuda
 
 
 def _failing(results) -> set[str]:
@@ -174,22 +181,25 @@ class PinnedAsCpu(_Wrapped):
         return (dr.DeviceType.CPU, 0) if int(t) == 3 else (t, i)
 
 
-def test_every_cuda_rule_is_cited_and_registered_with_the_runner():
+def test_every_cuda_rule_is_cited_and_has_a_task_for_a_library_with_a_cuda_side():
     assert CUDA_RULES and all(r.startswith("cuda.") for r in CUDA_RULES)
-    assert all(rule.citation() for rule in cuda_rules.RULES.values())
-    assert set(CUDA_RULES) <= set(runner.RULES)
-    tasks = runner.tasks_for(adapters.subject("dlpack_ref"))
-    assert [t["rule"] for t in tasks if t["kind"] == "cuda"] == CUDA_RULES
+    assert all(e.rule.citation() for e in entries() if e.side == "cuda")
+    tasks = tasks_for({"producer": True, "consumer": True, "cuda": True})
+    assert [t["rule"] for t in tasks if t["rule"].startswith("cuda.")] == CUDA_RULES
     # NumPy cannot make CUDA arrays: no CUDA tasks at all
-    assert not [t for t in runner.tasks_for(adapters.subject("numpy")) if t["kind"] == "cuda"]
+    assert library("numpy").cuda is None
+    assert not [t for t in tasks_for({"producer": True, "consumer": True, "cuda": False})
+                if t["rule"].startswith("cuda.")]
 
 
 def test_without_a_cuda_device_every_cuda_rule_is_not_supported():
     if cudasim.loaded() is None and cudatest.unavailable() is None:
         pytest.skip("a real CUDA driver is present")
     env = dict(os.environ, DLPACK_REF_CUDA_SIM="0")
-    code = ("from dlpack_ref.conformance import adapters, cuda_rules\n"
-            "for r in cuda_rules.check_cuda(adapters.subject('dlpack_ref').cuda):\n"
+    code = ("from dlpack_ref.conformance import subject_of\n"
+            "from dlpack_ref.conformance.run import run_here\n"
+            "from dlpack_ref.harness.registry import subject\n"
+            "for r in run_here(subject_of(cuda=subject('dlpack_ref').cuda), only=None):\n"
             "    print(r.status.value, r.rule.id, r.exc_message)\n")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
     lines = out.splitlines()
@@ -207,7 +217,7 @@ def test_dlpack_ref_passes_every_cuda_rule():
 def test_dlpack_ref_passes_every_cuda_rule_through_the_runner(monkeypatch):
     # the runner's worker is a fresh interpreter: it runs where this process does
     monkeypatch.setenv("LD_PRELOAD", _sim_env().get("LD_PRELOAD", ""))
-    results = runner.run(adapters.subject("dlpack_ref"), only=CUDA_RULES)
+    results = run("dlpack_ref", only=CUDA_RULES)
     assert [r.rule.id for r in results] == CUDA_RULES
     assert [r.line() for r in results if r.status is not Status.PASS] == []
 

@@ -1,11 +1,12 @@
 """The checker on every library it knows, and on hand-made libraries built
 like them: no rule answers "error"; each failure's reproduction, run in a
 fresh interpreter, shows the same failure; a rule asks a producer only what
-its declared capability allows and judges only its own point.
+its declared capability allows and judges only its own point; a library
+not shaped like NumPy is judged as what it is.
 
 The tests of a library skip, with the reason, where it is not installed
 (every lane but the ecosystem lane lacks mlx, paddle, tensorflow,
-onnxruntime and mpi4py)."""
+onnxruntime, mpi4py, numkong, mlc and open3d)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,6 @@ import gc
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 
@@ -23,35 +23,39 @@ import pytest
 
 import dlpack_ref as dr
 from dlpack_ref import conformance as conf
-from dlpack_ref.conformance import Consumer, Status, adapters, consumer, runner
-from dlpack_ref.conformance.model import keywords_taken, result_from_dict
+from dlpack_ref.conformance import Consumer, Status
+from dlpack_ref.conformance.model import result_from_dict
+from dlpack_ref.conformance.rules import entries
+from dlpack_ref.harness.registry import KNOWN, installed, subject as library
+from dlpack_ref.harness.subject import keywords_taken
 from dlpack_ref.testing import DELETER_T, CapsuleFactory, ForeignProducer, read_capsule
+from support import command, hostile_libraries
 
-INSTALLED, _ = adapters.installed()
+INSTALLED, _ = installed()
+RULES = {e.rule.id: e.rule for e in entries()}
 
 
 @functools.lru_cache(maxsize=None)
 def _report(lib: str) -> dict:
     """The JSON report of ``dlpack-ref check --library lib``, run as a user
-    runs it (the library is imported in that process only, not in pytest's,
-    which forks for other tests)."""
-    run = subprocess.run([sys.executable, "-m", "dlpack_ref", "check", "--library", lib, "--format", "json",
-                          "--no-matrix"], capture_output=True, text=True, timeout=900)
-    assert run.returncode in (0, 1), run.stderr[-2000:]
-    [library] = json.loads(run.stdout)["libraries"]
-    return {r["check"]: r for r in library["results"]}
+    runs it (the library is imported in child processes only, not in
+    pytest's, which forks for other tests)."""
+    rc, out, err = command.run(["check", "--library", lib, "--format", "json", "--no-matrix"])
+    assert rc in (0, 1), err[-2000:]
+    [library_report] = json.loads(out)["libraries"]
+    return {r["check"]: r for r in library_report["results"]}
 
 
 def _library(lib: str) -> dict:
     """Rule id -> Result of ``lib``; skips where it is not installed."""
     if lib not in INSTALLED:
         pytest.skip(f"{lib} is not installed here")
-    return {rule: result_from_dict(r, runner.RULES[rule]) for rule, r in _report(lib).items()}
+    return {rule: result_from_dict(r, RULES[rule]) for rule, r in _report(lib).items()}
 
 
 # --- every known library ----------------------------------------------------------------
 
-@pytest.mark.parametrize("lib", list(adapters.KNOWN))
+@pytest.mark.parametrize("lib", list(KNOWN))
 def test_no_rule_answers_error(lib):
     errors = [r.line() for r in _library(lib).values() if r.status is Status.ERROR]
     assert errors == []
@@ -78,14 +82,15 @@ def _observation(run: subprocess.CompletedProcess) -> str | None:
     return re.split(r"[(\[{:]", lines[-1][len("observed: "):])[0].strip() if lines else None
 
 
-def _mismatch(lib: str, result, run: subprocess.CompletedProcess) -> str | None:
-    """Why the reproduction's outcome is not the checker's verdict (None: it is)."""
+def mismatch(result, run: subprocess.CompletedProcess, undefined: bool = False) -> str | None:
+    """Why a reproduction's outcome is not the checker's verdict (None: it
+    is). A crash is reproduced by any fatal signal: which one a crash on
+    undefined behaviour raises may differ from run to run (SIGSEGV, SIGBUS)."""
     shown = f"exit {run.returncode}, observed {_observation(run)!r}; {run.stderr[-300:]!r}"
-    crashed = re.search(r"killed by (SIG[A-Z]+)", result.detail)
-    if (lib, result.rule.id) in _UNDEFINED:
+    if undefined:
         return None if run.returncode < 0 or (run.returncode == 1 and _observation(run)) else shown
-    if crashed:
-        return None if run.returncode == -getattr(signal, crashed.group(1)) else shown
+    if result.crash:
+        return None if run.returncode < 0 else shown
     key = _observation(run)
     return None if run.returncode == 1 and key and key in result.line() else shown
 
@@ -97,9 +102,9 @@ UNDER_ASAN = "asan" in os.environ.get("LD_PRELOAD", "")
 
 
 @pytest.mark.skipif(UNDER_ASAN, reason="reproductions run no dlpack-ref code; ASan rewrites the libraries' crashes")
-@pytest.mark.parametrize("lib", list(adapters.KNOWN))
+@pytest.mark.parametrize("lib", list(KNOWN))
 def test_each_failure_has_a_reproduction_that_shows_it(lib, tmp_path):
-    # cuda.* rules have no reproduction: they need a GPU and the checker's streams
+    # cuda.* rules fail only on a GPU (their reproductions need its driver)
     failures = [r for r in _library(lib).values() if r.status is Status.FAIL and not r.rule.id.startswith("cuda.")]
     if not failures:
         pytest.skip(f"{lib} fails no rule here")
@@ -108,13 +113,24 @@ def test_each_failure_has_a_reproduction_that_shows_it(lib, tmp_path):
     with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
         runs = dict(zip(sources, pool.map(lambda item: _run_reproduction(item[1], tmp_path / f"{item[0]}.py"),
                                           sources.items())))
-    wrong = {r.rule.id: why for r in failures if (why := _mismatch(lib, r, runs[r.rule.id])) is not None}
+    wrong = {r.rule.id: why for r in failures
+             if (why := mismatch(r, runs[r.rule.id], (lib, r.rule.id) in _UNDEFINED)) is not None}
     assert wrong == {}
+
+
+def test_any_fatal_signal_reproduces_a_crash():
+    # torch's crash on ndim -1 is undefined behaviour: SIGSEGV in the check, SIGBUS in a reproduction
+    crashed = result_from_dict({"status": "fail", "detail": "the consumer crashed the process (killed by SIGSEGV)"},
+                               RULES["consumer.ndim_negative"])
+    assert mismatch(crashed, subprocess.CompletedProcess([], -7, "", "")) is None
+    assert mismatch(crashed, subprocess.CompletedProcess([], 1, "observed: accepted", "")) is not None
 
 
 # The keywords of __dlpack__ each rule is about: no other may be named as
 # the reason of a verdict of the four libraries the lead's issue tried.
-_VERSIONED = {case.rule.id for case in consumer.CASES if case.needs_versioned}
+_VERSIONED = {"consumer.null_strides_v1_1", "consumer.legacy_answer", "consumer.null_strides_v1_3",
+              "consumer.minor_version_newer", "consumer.read_only", "consumer.copy_false_is_copied",
+              "consumer.major_version_2"}
 _ABOUT = {
     "max_version": {"producer.versioned_capsule", "producer.newer_major_requested", "producer.read_only_flag",
                     "producer.deleter_once", "consumer.max_version_passed", "consumer.legacy_fallback", *_VERSIONED},
@@ -135,7 +151,7 @@ def _stray_keywords(results: dict) -> list[str]:
                                            f"keyword argument '{keyword}'" in (r.exc_message or ""))]
 
 
-@pytest.mark.parametrize("lib", ["mlx", "paddle", "tensorflow", "onnxruntime"])
+@pytest.mark.parametrize("lib", ["mlx", "paddle", "tensorflow", "onnxruntime", "numkong", "mlc", "open3d"])
 def test_no_reason_names_a_keyword_the_rule_does_not_test(lib):
     assert _stray_keywords(_library(lib)) == []
 
@@ -214,7 +230,7 @@ class _PreOneZero:
 
 
 def _dlpack_ref_factory(wrap):
-    own = adapters.subject("dlpack_ref").producer
+    own = library("dlpack_ref").producer
 
     def make(dtype, shape, readonly=False):
         return wrap(own.factory(dtype, shape, readonly))
@@ -288,13 +304,13 @@ def test_a_capsule_taking_consumer_is_judged_on_what_it_is_given():
     c = Consumer("capsule-taker", _capsule_only, data_ptr=lambda r: r.data_ptr, readonly=lambda r: r.readonly,
                  capsule_request={})
     results = {r.rule.id: r for r in conf.check(from_dlpack=c, name="capsule-taker")}
-    for case in consumer.CASES:
-        r = results[case.rule.id]
-        if case.asks_producer:
+    asks_producer = {"consumer.max_version_passed", "consumer.legacy_fallback", "consumer.producer_buffererror"}
+    for rule_id, r in results.items():
+        if rule_id in asks_producer:
             assert r.status is Status.NOT_SUPPORTED and "its users call __dlpack__()" in r.detail, r.line()
-        elif case.needs_versioned:
+        elif rule_id in _VERSIONED:
             assert r.status is Status.NOT_SUPPORTED, r.line()  # it is handed legacy capsules only
-        elif case.rule.id not in ("consumer.copy_false", "consumer.device_cpu"):  # no keywords given to it
+        elif rule_id not in ("consumer.copy_false", "consumer.device_cpu"):  # no keywords given to it
             assert r.status is Status.PASS, r.line()
 
 
@@ -353,3 +369,105 @@ def test_a_deleter_called_by_a_consumer_that_kept_the_name_is_counted_twice(vers
     del cap
     gc.collect()
     assert f.calls_for(f.last_id) == 2
+
+
+# --- libraries not shaped like NumPy, judged as what they are ---------------------------------
+
+@pytest.fixture(scope="module")
+def hostile(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("hostile")
+    hostile_libraries.write(folder)
+    with command.support_importable(str(folder)):
+        yield folder
+
+
+def _checked(lib: str, *extra: str) -> tuple[int, dict, str]:
+    """(exit status, rule id -> result dict, stdout) of ``check --library lib --format json``."""
+    rc, out, err = command.run(["check", "--library", lib, "--format", "json", "--no-matrix", *extra])
+    data = json.loads(out)
+    by_id = {r["check"]: r for lib_report in data["libraries"] for r in lib_report["results"]}
+    return rc, by_id, out
+
+
+def test_a_library_without_dunder_dlpack_is_no_producer_and_nothing_to_check(hostile):
+    rc, _, out = _checked("no_dunder_dlpack")
+    assert rc == 3
+    assert "no producer: no_dunder_dlpack.asarray was tried, and its no_dunder_dlpack.Thing objects have no " \
+           "__dlpack__" in out
+
+
+def test_a_producer_without_asarray_is_still_a_producer(hostile):
+    rc, results, _ = _checked("producer_without_asarray")
+    producer = {rule: r for rule, r in results.items() if rule.startswith("producer.")}
+    assert producer and not [r for r in producer.values() if r["status"] == "error"]
+    # it takes all four keywords: the rules about them are judged, not "not supported"
+    for rule in ("producer.versioned_capsule", "producer.copy_true_copies", "producer.dl_device_own",
+                 "producer.stream_cpu"):
+        assert producer[rule]["status"] == "pass", producer[rule]
+    assert results["consumer.zero_copy_import"]["status"] == "pass"
+
+
+def test_a_capsule_only_consumer_is_found_by_the_generic_adapter_and_a_widening_one_fails(hostile):
+    rc, results, _ = _checked("capsule_only")
+    assert results["consumer.max_version_passed"]["status"] == "not supported"
+    assert "from_dlpack takes a capsule" in results["consumer.max_version_passed"]["detail"]
+    # every element widened to float64: the element-type rules fail, float64 values equal or not
+    for rule in ("consumer.dtype_signed", "consumer.dtype_unsigned", "consumer.dtype_narrow_float"):
+        assert results[rule]["status"] == "fail", results[rule]
+        assert "imported as (code, bits, lanes)=(2, 64, 1)" in results[rule]["detail"]
+
+
+def test_a_single_use_producer_is_asked_once_per_array(hostile):
+    rc, results, out = _checked("single_use")
+    assert not [r for r in results.values() if r["status"] == "error"], out
+    # what needs two exports of one array cannot be judged: not supported, with why
+    copies = results["producer.copy_true_copies"]
+    assert copies["status"] == "not supported" and "arrays export once (single use)" in copies["detail"]
+    for rule in ("producer.legacy_without_max_version", "producer.versioned_capsule", "producer.stream_cpu",
+                 "producer.deleter_once", "producer.dtype_complex"):
+        assert results[rule]["status"] == "pass", results[rule]
+    assert '"version": "3.1"' in out  # a hook's library reports its own version
+
+
+def test_a_plain_enum_device_type_is_judged_by_its_value(hostile):
+    rc, results, _ = _checked("plain_enum_device")
+    assert results["producer.dlpack_device_type"]["status"] == "pass", results["producer.dlpack_device_type"]
+    assert results["producer.dlpack_device_type"]["detail"] == "(DLDeviceType.CPU=1, 0)"
+    assert results["producer.stream_cpu"]["status"] == "pass"
+    assert results["producer.dl_device_own"]["status"] == "pass"
+    kept = results["consumer.device_cuda_unreachable"]
+    assert kept["status"] == "pass" and kept["detail"] == "kept as a device array on (2, 0), not read"
+
+
+def test_a_pointer_that_cannot_be_read_is_not_a_copy(hostile):
+    rc, results, _ = _checked("unreadable_pointer")
+    for rule in ("consumer.zero_copy_import", "consumer.copy_false", "consumer.copy_true"):
+        r = results[rule]
+        assert r["status"] == "not supported", r
+        assert "the result's data pointer cannot be read (AttributeError" in r["detail"]
+        assert "copied" not in r["detail"]
+
+
+# --- the libraries of the ecosystem lane ---------------------------------------------------------
+
+def test_numkong_is_a_versioned_producer_with_narrow_floats():
+    results = _library("numkong")
+    for rule in ("producer.versioned_capsule", "producer.copy_false_no_copy", "producer.dl_device_own"):
+        assert results[rule].status is Status.PASS, results[rule].line()
+    assert results["producer.dtype_bfloat16"].status is Status.PASS
+    assert "float8_e4m3fn=(10, 8, 1)" in results["producer.dtype_float8"].detail
+    assert results["producer.copy_true_copies"].status is Status.NOT_SUPPORTED  # BufferError: it cannot copy
+
+
+def test_open3d_device_type_is_a_plain_enum_judged_by_value():
+    results = _library("open3d")
+    assert results["producer.dlpack_device_type"].status is Status.PASS, results["producer.dlpack_device_type"]
+    assert results["producer.dl_device_own"].status is not Status.ERROR
+    assert "not on the CPU" not in results["producer.stream_cpu"].detail
+
+
+def test_mlc_is_a_pre_1_0_producer_and_its_constructor_a_consumer():
+    results = _library("mlc")
+    assert results["producer.versioned_capsule"].status is Status.NOT_SUPPORTED
+    assert "a pre-1.0 producer" in results["producer.versioned_capsule"].detail
+    assert results["consumer.zero_copy_import"].status is Status.PASS

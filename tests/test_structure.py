@@ -105,3 +105,38 @@ def test_the_graph_sees_the_core_and_nested_imports():
 
 def test_no_import_cycles():
     assert _cycles(_graph()) == []
+
+
+# The package's layers, lowest first: a module imports its own layer's
+# modules of its own subpackage, and lower layers, never a higher layer or
+# another subpackage of its own layer (the checker and the benchmark share
+# the harness, not each other).
+COMMANDS = ("dlpack_ref.cli", "dlpack_ref.__main__", "dlpack_ref._configtool")
+SUBPACKAGES = {"testing": 1, "harness": 2, "conformance": 3, "bench": 3, "adopters": 3}
+LAYERS = ["core", "testing", "harness", "tools", "command line"]
+
+
+def _layer(module: str) -> tuple[int, str]:
+    """(the layer's rank, the subpackage, dlpack_ref for the package's own modules) of a module."""
+    parts = module.split(".")
+    if len(parts) > 1 and parts[1] in SUBPACKAGES:
+        return SUBPACKAGES[parts[1]], ".".join(parts[:2])
+    return (LAYERS.index("command line") if module in COMMANDS else 0), "dlpack_ref"
+
+
+def test_no_import_runs_back_up():
+    graph = _graph()
+    wrong = []
+    for module, imports in graph.items():
+        rank, package = _layer(module)
+        for target in imports:
+            target_rank, target_package = _layer(target)
+            if target_rank > rank or (target_rank == rank and rank > 0 and target_package != package):
+                wrong.append(f"{module} ({LAYERS[rank]}) imports {target} ({LAYERS[target_rank]})")
+    assert wrong == []
+
+
+def test_the_layers_see_a_wrong_import():
+    assert _layer("dlpack_ref.bench.measure")[0] == _layer("dlpack_ref.conformance.report")[0]
+    assert _layer("dlpack_ref.harness.registry")[0] < _layer("dlpack_ref.conformance.run")[0]
+    assert _layer("dlpack_ref._dtypes")[0] == 0 and _layer("dlpack_ref.cli")[0] == len(LAYERS) - 1

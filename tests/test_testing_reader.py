@@ -110,7 +110,7 @@ def test_reader_is_independent_of_the_core():
     tree = ast.parse(pyinspect.getsource(reader))
     imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
     imported |= {a.name for node in ast.walk(tree) if isinstance(node, ast.Import) for a in node.names}
-    assert imported <= {"__future__", "ctypes", "math", "_devices", "_dtypes", "abi"}, imported
+    assert imported <= {"__future__", "ctypes", "math", "struct", "_devices", "_dtypes", "abi"}, imported
 
 
 def _shared_corpus():

@@ -1,15 +1,10 @@
-"""``python -m dlpack_ref check`` and the ``dlpack-ref`` console script: the
-conformance checks as a CI gate (see docs/conformance.md)."""
+"""``python -m dlpack_ref check | bench`` and the ``dlpack-ref`` console
+script (see :mod:`dlpack_ref.cli`)."""
 
 import sys
 
-from dlpack_ref.conformance.cli import main as _cli_main
-
-
-def main(argv=None) -> int:
-    """The console script's entry point; returns the exit status."""
-    return _cli_main(argv)
+from dlpack_ref.cli import main
 
 
 if __name__ == "__main__":
-    sys.exit(_cli_main(prog="python -m dlpack_ref"))
+    sys.exit(main(prog="python -m dlpack_ref"))

@@ -11,8 +11,8 @@ import ctypes
 
 import dlpack_ref as dr
 from dlpack_ref.testing import FLAG_IS_SUBBYTE_TYPE_PADDED as PADDED, FLAG_READ_ONLY as READ_ONLY
-from dlpack_ref.conformance.adapters import subject
-from dlpack_ref.conformance.model import Consumer, NotSupported, Producer
+from dlpack_ref.harness.registry import subject
+from dlpack_ref.harness.subject import Consumer, NotSupported, Producer
 
 
 

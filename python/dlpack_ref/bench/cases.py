@@ -1,12 +1,14 @@
 """What ``dlpack-ref bench`` measures: each call named by a key, built from
-the conformance adapters (the arrays every library's factory makes), and
-the probe that runs one call once in a child process before the benchmark
-runs it in its own.
+the harness's library adapters (the arrays every library's factory makes,
+each consumer's import as its users call it), and the probe that runs one
+call once in a child process before the benchmark runs it in its own.
 
 Keys (tuples of strings; lists once they have been through JSON):
 
 ``("pair", P, C)``
-    ``C.from_dlpack(x)``, x a small array of producer P (the result dropped).
+    C's import of x, a small array of producer P (the result dropped): its
+    ``from_dlpack(x)``, or ``from_dlpack(x.__dlpack__(...))`` for a
+    consumer that takes capsules.
 ``("dlpack", P)``, ``("device", P)``
     ``x.__dlpack__()`` and ``x.__dlpack_device__()`` alone.
 ``("capsule", P)``
@@ -14,7 +16,10 @@ Keys (tuples of strings; lists once they have been through JSON):
     through ``__dlpack__``, measured beside ``("pair", P, "dlpack_ref")``
     (the import through P's C exchange table) for types that publish one.
 ``("copy", L)``
-    ``L.from_dlpack(big, copy=True)``, big a large array of library L.
+    L's import of big with ``copy=True``, big a large array of L itself.
+``("copy_numpy", L)``
+    L's import of a large NumPy array with ``copy=True``: every consumer's
+    copy of the same source.
 ``("memcpy",)``
     ``memmove`` of the same bytes between two buffers made once: what the
     machine's own copy costs.
@@ -28,8 +33,10 @@ from typing import Callable
 
 import dlpack_ref
 
-from dlpack_ref.conformance.adapters import subject
-from dlpack_ref.conformance.model import data_pointer, exc_name, short
+from dlpack_ref.harness.exchange import exchange
+from dlpack_ref.harness.observe import exc_name, short
+from dlpack_ref.harness.registry import subject
+from dlpack_ref.harness.subject import data_pointer
 
 #: The small array every producer makes for the latency cases.
 SMALL_SHAPE = (16,)
@@ -37,24 +44,40 @@ DTYPE = "float32"
 _ITEMSIZE = 4
 
 
-def plan(producers: list[str], consumers: list[str]) -> list[tuple[str, ...]]:
-    """Every key of the latency cases and the copies, in report order."""
+def plan(producers: list[str], consumers: list[str], numpy: bool = True) -> list[tuple[str, ...]]:
+    """Every key of the latency cases and the copies, in report order
+    (``numpy``: whether NumPy is there to be the copies' common source)."""
     keys: list[tuple[str, ...]] = [("pair", p, c) for p in producers for c in consumers]
     for p in producers:
         keys += [("dlpack", p), ("device", p), ("capsule", p)]
     keys += [("copy", c) for c in consumers]
+    if numpy:
+        keys += [("copy_numpy", c) for c in consumers]
     keys.append(("memcpy",))
     return keys
 
 
 def is_copy(key: tuple[str, ...]) -> bool:
     """Whether a key names a call on the large array (bandwidth, not latency)."""
-    return key[0] in ("copy", "memcpy")
+    return key[0] in ("copy", "copy_numpy", "memcpy")
 
 
 def name(key: tuple[str, ...]) -> str:
     """A key as one string (the name callgrind and progress lines use)."""
     return "|".join(key)
+
+
+def importer(spec: str, **kwargs) -> Callable[[object], object]:
+    """Library ``spec``'s import as its users call it: ``from_dlpack(x,
+    **kwargs)``, or of ``x.__dlpack__(...)`` for a consumer that takes
+    capsules (no wrapper in the timed call when it takes the object)."""
+    consumer = subject(spec).consumer
+    if consumer is None:
+        raise LookupError(f"{spec} has no from_dlpack adapter")
+    from_dlpack, request = consumer.from_dlpack, consumer.capsule_request
+    if request is None:
+        return (lambda x: from_dlpack(x, **kwargs)) if kwargs else from_dlpack
+    return lambda x: from_dlpack(x.__dlpack__(**request), **kwargs)
 
 
 class Arrays:
@@ -84,24 +107,23 @@ class Arrays:
     def big(self, spec: str):
         """Library ``spec``'s own large array: the source imported by its
         ``from_dlpack``."""
-        return _consumer(spec).from_dlpack(self.filled("source"))
+        return importer(spec)(self.filled("source"))
 
-
-def _consumer(spec: str):
-    consumer = subject(spec).consumer
-    if consumer is None:
-        raise LookupError(f"{spec} has no from_dlpack adapter")
-    return consumer
+    @functools.cache
+    def numpy_big(self):
+        """A large NumPy array holding the source's values."""
+        import numpy as np
+        return np.array(self.filled("source"), copy=True)
 
 
 def call_of(key: tuple[str, ...], arrays: Arrays) -> Callable[[], object]:
     """The call a key names, its arrays made (see the module docstring)."""
     kind = key[0]
-    if kind == "pair":
-        x, from_dlpack = arrays.small(key[1]), _consumer(key[2]).from_dlpack
-        return lambda: from_dlpack(x)
     # Every call is a Python function calling one thing, as callgrind's
     # empty call (the loop's cost, subtracted) is.
+    if kind == "pair":
+        x, take = arrays.small(key[1]), importer(key[2])
+        return lambda: take(x)
     if kind == "dlpack":
         x = arrays.small(key[1])
         return lambda: x.__dlpack__()
@@ -111,9 +133,10 @@ def call_of(key: tuple[str, ...], arrays: Arrays) -> Callable[[], object]:
     if kind == "capsule":
         x, version, import_capsule = arrays.small(key[1]), dlpack_ref.DLPACK_VERSION, dlpack_ref.from_dlpack
         return lambda: import_capsule(x.__dlpack__(max_version=version))
-    if kind == "copy":
-        big, from_dlpack = arrays.big(key[1]), _consumer(key[1]).from_dlpack
-        return lambda: from_dlpack(big, copy=True)
+    if kind in ("copy", "copy_numpy"):
+        big = arrays.big(key[1]) if kind == "copy" else arrays.numpy_big()
+        take = importer(key[1], copy=True)
+        return lambda: take(big)
     if kind == "memcpy":
         dst, src, n = arrays.filled("target").data_ptr, arrays.filled("source").data_ptr, arrays.copy_bytes
         return lambda: ctypes.memmove(dst, src, n)
@@ -132,14 +155,14 @@ def _process_arrays(copy_bytes: int) -> Arrays:
     return Arrays(copy_bytes)
 
 
-def probe(task: dict) -> dict:
+def probe(task: dict, subjects=None) -> dict:
     """Child side of the pre-flight: run the call of ``task["key"]`` once.
 
     Returns
     -------
     dict
         ``{"ok": True}`` with what the call showed (``zero_copy`` for a pair:
-        the result's first element is the producer's; ``copied`` for a copy;
+        the exchange's judgement by pointer; ``copied`` for a copy;
         ``table``: the exchange-table version dlpack_ref would use for the
         producer's type, or None), or ``{"ok": False, "stage", "exc_type",
         "exc_message"}`` when the arrays could not be made (stage
@@ -158,25 +181,16 @@ def probe(task: dict) -> dict:
         return {"ok": False, "stage": "call", "exc_type": exc_name(e), "exc_message": short(e)}
     outcome: dict = {"ok": True}
     if key[0] == "pair":
-        outcome["zero_copy"] = _same_memory(_consumer(key[2]), result, arrays.small(key[1]))
-    elif key[0] == "copy":
-        same = _same_memory(_consumer(key[1]), result, arrays.big(key[1]))
+        cell = exchange(subject(key[1]).producer, subject(key[2]).consumer, SMALL_SHAPE, DTYPE)
+        outcome["zero_copy"] = cell.get("zero_copy")
+    elif key[0] in ("copy", "copy_numpy"):
+        source = arrays.big(key[1]) if key[0] == "copy" else arrays.numpy_big()
+        try:
+            same = subject(key[1]).consumer.pointer(result) == data_pointer(source)
+        except Exception:
+            same = None
         outcome["copied"] = None if same is None else not same
     elif key[0] == "capsule":
-        outcome["table"] = _table_version(arrays.small(key[1]))
+        version = dlpack_ref.exchange_api_version(type(arrays.small(key[1])))
+        outcome["table"] = None if version is None else list(version)
     return outcome
-
-
-def _same_memory(consumer, result, x) -> bool | None:
-    """Whether ``result`` (of ``consumer``) starts where ``x`` exports its
-    data: zero-copy by pointer. A producer that copies on every export is
-    caught too, since its next export is another copy. None: unreadable."""
-    try:
-        return consumer.pointer(result) == data_pointer(x)
-    except Exception:
-        return None
-
-
-def _table_version(x) -> list[int] | None:
-    version = dlpack_ref.exchange_api_version(type(x))
-    return None if version is None else list(version)

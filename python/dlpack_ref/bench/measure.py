@@ -13,14 +13,15 @@ machine's memcpy of the same bytes.
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import os
 import platform
 import time
 from typing import Callable
 
-from dlpack_ref.conformance.adapters import subject
-from dlpack_ref.conformance.report import environment, tool
-from dlpack_ref.conformance.runner import run_tasks
+from dlpack_ref.harness.output import Silent, environment, tool
+from dlpack_ref.harness.registry import subject
+from dlpack_ref.harness.runner import run_tasks
 
 from . import callgrind
 from .cases import DTYPE, SMALL_SHAPE, Arrays, call_of, is_copy, name, plan
@@ -70,14 +71,6 @@ class _Run:
     outcomes: dict[tuple[str, ...], dict]   # key -> what its pre-flight gave
     records: dict[tuple[str, ...], dict]    # key -> its timed record (or why not)
     tables: dict[str, list[int] | None]     # producer -> its type's exchange-table version
-
-
-class _Silent:
-    def say(self, msg: str) -> None:
-        pass
-
-    def phase(self, label: str, total: int) -> Callable[..., None]:
-        return lambda line=None, failed=False: None
 
 
 def machine() -> dict:
@@ -174,7 +167,7 @@ def measure(specs: list[str], settings: Settings = Settings(), progress=None,
     dict
         The run as ``bench.schema.json`` describes it.
     """
-    progress = progress or _Silent()
+    progress = progress or Silent()
     start = machine()
     notes = []
     if overloaded(start["load_average"], start["cores"]):
@@ -184,7 +177,7 @@ def measure(specs: list[str], settings: Settings = Settings(), progress=None,
     subjects = {s: subject(s) for s in specs}
     producers = [s for s in specs if subjects[s].producer is not None]
     consumers = [s for s in specs if subjects[s].consumer is not None]
-    keys = plan(producers, consumers)
+    keys = plan(producers, consumers, numpy=importlib.util.find_spec("numpy") is not None)
     outcomes = _preflight(keys, settings.copy_bytes, progress)
     records = {k: _refusal(o) for k, o in outcomes.items() if not o.get("ok")}
     tables = {k[1]: outcomes[k].get("table") for k in keys if k[0] == "capsule" and outcomes[k].get("ok")}
@@ -262,14 +255,18 @@ def _document(run: _Run, settings: Settings, start: dict, end: dict, notes: list
     methods = [{"library": p, "dlpack": records[("dlpack", p)], "dlpack_device": records[("device", p)],
                 "import_by_table": by_table[p], "import_by_dlpack": records[("capsule", p)]} for p in producers]
     memcpy = records[("memcpy",)]
-    library_copies = []
-    for c in consumers:
-        r = dict(records[("copy", c)])
-        measured = r["status"] == "measured" and memcpy["status"] == "measured"
-        r.update(library=c, copied=outcomes[("copy", c)].get("copied"),
-                 gb_per_s=settings.copy_bytes / r["ns_median"] if r["status"] == "measured" else None,
-                 of_memcpy=memcpy["ns_median"] / r["ns_median"] if measured else None)
-        library_copies.append(r)
+    def copy_rows(kind):
+        rows = []
+        for c in consumers:
+            if (kind, c) not in records:
+                continue
+            r = dict(records[(kind, c)])
+            measured = r["status"] == "measured" and memcpy["status"] == "measured"
+            r.update(library=c, copied=outcomes[(kind, c)].get("copied"),
+                     gb_per_s=settings.copy_bytes / r["ns_median"] if r["status"] == "measured" else None,
+                     of_memcpy=memcpy["ns_median"] / r["ns_median"] if measured else None)
+            rows.append(r)
+        return rows
     standings: dict[str, list] = {"as_consumer": [], "as_producer": []}
     if mine in consumers:
         standings["as_consumer"] = [_standing(records, ("pair", p, mine),
@@ -295,7 +292,8 @@ def _document(run: _Run, settings: Settings, start: dict, end: dict, notes: list
                        "consumer": s in consumers, "exchange_table": run.tables.get(s)} for s in run.specs],
         "pairs": pairs,
         "producers": methods,
-        "copies": {"bytes": settings.copy_bytes, "memcpy": memcpy, "libraries": library_copies},
+        "copies": {"bytes": settings.copy_bytes, "memcpy": memcpy, "libraries": copy_rows("copy"),
+                   "from_numpy": copy_rows("copy_numpy")},
         "dlpack_ref": standings,
         "missing": [{"name": lib, "reason": why} for lib, why in missing.items()],
         "notes": notes,

@@ -1,14 +1,14 @@
 """Reports of a ``dlpack-ref bench`` run: a plain-text table, Markdown, JSON
 (the document of :func:`measure.measure`, whose schema is
 ``bench.schema.json``, shipped beside this module). Tables and escaping are
-the conformance report's."""
+the harness's."""
 
 from __future__ import annotations
 
 import json
 import os
 
-from dlpack_ref.conformance.report import grid, md_escape
+from dlpack_ref.harness.output import grid, md_escape
 
 SCHEMA_PATH = os.path.join(os.path.dirname(__file__), "bench.schema.json")
 _SHORT = {"refused": "refused", "crashed": "CRASH", "error": "error", "not measured": "-"}
@@ -76,14 +76,14 @@ def _producer_rows(doc: dict, counted: bool) -> tuple[list[str], list[list[str]]
     return header, rows
 
 
-def _copy_rows(doc: dict) -> list[list[str]]:
+def _copy_rows(doc: dict, kind: str = "libraries") -> list[list[str]]:
     copies = doc["copies"]
     memcpy = copies["memcpy"]
     rows = []
     if memcpy["status"] == "measured":
         rows.append(["memcpy (this machine)", f"{memcpy['ns_median'] / 1e6:.2f}",
                      f"{copies['bytes'] / memcpy['ns_median']:.1f}", "1.00", ""])
-    for c in copies["libraries"]:
+    for c in copies[kind]:
         if c["status"] != "measured":
             rows.append([c["library"], "-", "-", "-", c["reason"] or c["status"]])
             continue
@@ -160,6 +160,11 @@ def render(doc: dict, fmt: str = "table") -> str:
             esc(f"library.from_dlpack(x, copy=True), x the library's own array; median of {s['copy_rounds']} "
                 "rounds interleaved with memcpy of the same bytes (each after 20 ms of quiet)."), "",
             grid(["library", "ms", "GB/s", "of memcpy", "note"], _copy_rows(doc), md), ""]
+    if doc["copies"].get("from_numpy"):
+        out += [f"{h}copy=True of the same {doc['copies']['bytes'] >> 20} MiB NumPy array",
+                esc("library.from_dlpack(x, copy=True), x one NumPy array for every library: each consumer's "
+                    "copy of the same source, in the same rounds."), "",
+                grid(["library", "ms", "GB/s", "of memcpy", "note"], _copy_rows(doc, "from_numpy"), md), ""]
     problems = _problems(doc)
     if problems:
         out += [f"{h}Not timed", *[esc(x) for x in problems], ""]

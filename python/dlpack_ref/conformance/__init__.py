@@ -3,24 +3,23 @@
 Check a producer (a factory of arrays) and a consumer (a ``from_dlpack``)
 against the rules of the DLPack header, the DLPack Python spec and the array
 API standard; every result names its rule, where it is written, and what was
-observed. Every check runs in a child process (see :mod:`.runner`). From the
-command line: ``dlpack-ref check`` (a CI gate). From a test suite: the pytest
-plugin (one test per rule, see docs/conformance.md) or::
+observed. Every check runs in a child process (the harness's runner). From
+the command line: ``dlpack-ref check`` (a CI gate). From a test suite: the
+pytest plugin (one test per rule, see the conformance page of the docs) or::
 
     from dlpack_ref.conformance import assert_conforms
 
     def test_dlpack():
         assert_conforms(producer_factory=make_array, from_dlpack=mylib.from_dlpack)
 
-Modules: ``model`` (Producer, Consumer, CudaProducer, Subject, Rule,
-Result; what a producer's ``__dlpack__`` takes), ``producer``, ``consumer``
-and ``cuda_rules`` (the rules; the CUDA ones for libraries that make CUDA
-arrays), ``exchange_matrix`` (pairs of libraries), ``runner`` (child
-processes), ``adapters`` (libraries by name, any module through the array
-API or its factory hook), ``recipes`` and ``reproduce`` (each failure as
-Python that shows it with its library alone), ``gate`` (allowances),
-``report``, ``ecosystem`` (the table of a JSON report), ``cli``,
-``pytest_plugin``.
+Modules: ``model`` (Rule, Result, Status), ``rules`` (each rule once, as the
+check that runs and that its reproduction prints: ``rules.producer``,
+``rules.consumer``, ``rules.cuda``), ``run`` (a library's rules and the
+exchange matrix in child processes), ``reproduce`` (each failure as Python
+that shows it with its library alone), ``gate`` (allowances), ``report``,
+``ecosystem`` (the table of a JSON report), ``pytest_plugin``. What is
+checked (Producer, Consumer, CudaProducer, Subject) comes from
+:mod:`dlpack_ref.harness`, which ``dlpack-ref bench`` shares.
 """
 
 from __future__ import annotations
@@ -28,15 +27,24 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable
 
+from dlpack_ref.harness.subject import Consumer, CudaProducer, NotSupported, Producer, Subject
+
 from .gate import AllowList
-from .model import SOURCES, CheckFailed, Consumer, CudaProducer, NotSupported, Producer, Result, Rule, Status, Subject
-from .runner import rules, run
+from .model import SOURCES, Result, Rule, Status
+from .rules import entries
+from .rules.support import CheckFailed
+from .run import run
 
 __all__ = [
     "SOURCES", "AllowList", "CheckFailed", "NotSupported", "Result", "Rule", "Status", "Producer", "Consumer",
     "CudaProducer", "Subject", "Suite", "check", "assert_conforms", "conformance_tests", "format_results", "rules",
     "subject_of",
 ]
+
+
+def rules() -> list[Rule]:
+    """Every rule checked, producer rules first."""
+    return [e.rule for e in entries()]
 
 
 def subject_of(producer_factory: Callable | Producer | None = None,
@@ -48,7 +56,8 @@ def subject_of(producer_factory: Callable | Producer | None = None,
     ----------
     producer_factory : callable or Producer, optional
         ``factory(dtype, shape, readonly=False)``, see :class:`Producer`;
-        ``producer_options`` (tolist, views, scalar, unexportable) go to it.
+        ``producer_options`` (tolist, views, scalar, unexportable,
+        single_use) go to it.
     from_dlpack : callable or Consumer, optional
         A callable, or a :class:`Consumer` for more control (how to read
         values, pointers, read-only-ness, the CPU device).
@@ -115,11 +124,13 @@ def assert_conforms(producer_factory=None, from_dlpack=None, *, allow: tuple[str
 @dataclasses.dataclass
 class Suite:
     """What :func:`conformance_tests` returns: the pytest plugin turns it into
-    one test per rule."""
+    one test per rule. ``subject``: a Subject made in the test's process, or
+    the spec of a library that only child processes import."""
 
-    subject: Subject
+    subject: Subject | str
     allow: AllowList
     marks: dict[str, Any]
+    name: str = "library"
 
 
 def conformance_tests(library: str | None = None, *, producer_factory=None, from_dlpack=None,
@@ -133,8 +144,9 @@ def conformance_tests(library: str | None = None, *, producer_factory=None, from
     Parameters
     ----------
     library : str, optional
-        A spec for :func:`adapters.subject`: a known library (``"numpy"``) or
-        ``"module"`` / ``"module:from_dlpack"`` (the generic array-API adapter).
+        A spec as ``dlpack-ref check --library`` takes it: a known library
+        (``"numpy"``), ``"module"`` (its factory hook, or the generic
+        adapter) or ``"module:from_dlpack"``.
     producer_factory, from_dlpack, **producer_options
         Instead of ``library``: what :func:`subject_of` takes (lambdas work:
         the cases run in a forked child).
@@ -152,17 +164,11 @@ def conformance_tests(library: str | None = None, *, producer_factory=None, from
     -------
     Suite
 
-    Raises
-    ------
-    ImportError
-        When ``library`` cannot be imported.
+    The library named by ``library`` is imported only in child processes
+    (the tests' collection asks one what the library has).
     """
-    from . import adapters
-    if library is not None:
-        subject = adapters.subject(library)
-        if name is not None:
-            subject = dataclasses.replace(subject, name=name)
-    else:
-        subject = subject_of(producer_factory, from_dlpack, name=name or "library", **producer_options)
+    target = library if library is not None else \
+        subject_of(producer_factory, from_dlpack, name=name or "library", **producer_options)
     allowed = AllowList.read(allow_file) if allow_file else AllowList()
-    return Suite(subject, allowed.plus(list(allow), "allowed in conformance_tests(allow=...)"), dict(marks or {}))
+    return Suite(target, allowed.plus(list(allow), "allowed in conformance_tests(allow=...)"), dict(marks or {}),
+                 name or (library if library is not None else "library"))

@@ -16,15 +16,19 @@ import json
 import re
 import sys
 
-from .report import grid, md_escape
+from dlpack_ref.harness.exchange import cell_text
+from dlpack_ref.harness.output import grid, md_escape
 
 _MARK = {"pass": "ok", "fail": "FAIL", "not supported": "n/s", "error": "ERR"}
 
 
 def cell(result: dict) -> str:
     """The mark of one result: a crash is named with its signal."""
-    crashed = re.search(r"crashed the process \(killed by (SIG[A-Z]+)\)", result["detail"])
-    return f"CRASH ({crashed.group(1)})" if crashed else _MARK[result["status"]]
+    crash = result.get("crash")
+    if crash is None and "crash" not in result:  # a report made before the field
+        found = re.search(r"crashed the process \(killed by (SIG[A-Z]+)\)", result["detail"])
+        crash = found.group(1) if found else None
+    return f"CRASH ({crash})" if crash else _MARK[result["status"]]
 
 
 def _grid(header: list[str], rows: list[list[str]]) -> list[str]:
@@ -55,7 +59,6 @@ def table(report: dict) -> str:
                         for rule in rules])]
     cells = {(c["producer"], c["consumer"]): c for c in report.get("exchange", [])}
     if cells:
-        from .exchange_matrix import cell_text
         # a producer-only library has no column, a consumer-only one no row
         tried = {pair for pair, cell in cells.items() if cell.get("works") or cell.get("exc_type") or "crashed" in cell}
         consumers = [n for n in names if any(c == n for _, c in tried)]

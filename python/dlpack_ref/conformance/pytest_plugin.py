@@ -67,11 +67,12 @@ class ConformanceSuite(pytest.Collector):
     def collect(self):
         import fnmatch
 
-        from dlpack_ref.conformance import runner
+        from dlpack_ref.conformance.rules import entries
+        from dlpack_ref.conformance.run import sides
         allow = self._allow_list()
-        name = self.suite.subject.name
-        for task in runner.tasks_for(self.suite.subject):
-            rule = runner.RULES[task["rule"]]
+        name = self.suite.name
+        has = sides(self.suite.subject)
+        for rule in (e.rule for e in entries() if has[e.side]):
             item = RuleItem.from_parent(self, name=rule.id, rule=rule)
             reason = allow.reason(name, rule.id)
             if reason is not None:
@@ -85,10 +86,11 @@ class ConformanceSuite(pytest.Collector):
         """The Result of item's rule, running every selected rule of this
         suite not run yet in one batch."""
         if item.rule.id not in self.results:
-            from dlpack_ref.conformance import runner
+            from dlpack_ref.conformance.run import run
             selected = [i.rule.id for i in item.session.items
                         if isinstance(i, RuleItem) and i.parent is self and i.rule.id not in self.results]
-            for r in runner.run(self.suite.subject, only=selected or [item.rule.id]):
+            for r in run(self.suite.subject, only=selected or [item.rule.id]):
+                r.subject = self.suite.name
                 self.results[r.rule.id] = r
         return self.results[item.rule.id]
 

@@ -7,12 +7,10 @@ import dataclasses
 import datetime
 import json
 import os
-import platform
-import sys
 
-import dlpack_ref
+from dlpack_ref.harness.exchange import cell_text
+from dlpack_ref.harness.output import environment, grid, md_escape, tool
 
-from .exchange_matrix import cell_text
 from .gate import AllowList
 from .model import Result, Status
 from .reproduce import reproduction
@@ -24,6 +22,11 @@ _MARK = {Status.PASS: "ok", Status.FAIL: "FAIL", Status.NOT_SUPPORTED: "n/s", St
 _LINE_LIMIT = 200
 
 
+def mark(result: Result) -> str:
+    """A result's cell in a grid: ``ok``, ``FAIL``, ``CRASH (SIGSEGV)``, ``n/s``, ``ERR``."""
+    return f"CRASH ({result.crash})" if result.crash else _MARK[result.status]
+
+
 @dataclasses.dataclass
 class LibraryRun:
     """One checked library: its results, and a note (e.g. "no GPU")."""
@@ -32,19 +35,26 @@ class LibraryRun:
     version: str
     results: list[Result]
     note: str = ""
+    adapter: str = "known"
 
 
 @dataclasses.dataclass
 class Run:
-    """Everything a report shows."""
+    """Everything a report shows: the libraries checked, those not
+    installed, those that could not be checked (with why), the exchange
+    matrix, the gate's allowances and verdict, and the command that shows a
+    rule's reproduction."""
 
     libraries: dict[str, LibraryRun]
-    missing: dict[str, str]  # library -> why it was not checked
+    not_installed: list[str]
+    unavailable: dict[str, str]
     matrix: dict[tuple[str, str], dict]
     allow: AllowList
     fail_on: list[str] | None
     blocking: list[Result]
+    requested_missing: list[str]
     exit_status: int
+    explain_command: str = "python -m dlpack_ref check --library LIBRARY --explain RULE"
 
     def counts(self, lib: str) -> dict[str, int]:
         """Results of one library per status, and how many failures are allowed."""
@@ -52,25 +62,6 @@ class Run:
         counts = {s.value: sum(r.status is s for r in rs) for s in Status}
         counts["allowed"] = sum(r.failed and self.allow.reason(lib, r.rule.id) is not None for r in rs)
         return counts
-
-
-def md_escape(text: str) -> str:
-    """Text that Markdown shows as written (``__dlpack__`` is not bold)."""
-    for ch in "\\`*_{}[]<>#|":
-        text = text.replace(ch, "\\" + ch)
-    return text
-
-
-def grid(header: list[str], rows: list[list[str]], markdown: bool) -> str:
-    """Rows under a header: a Markdown table, or plain text in aligned columns."""
-    if markdown:
-        lines = ["| " + " | ".join(md_escape(h) for h in header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-        lines += ["| " + " | ".join(md_escape(c) for c in r) + " |" for r in rows]
-        return "\n".join(lines)
-    widths = [max(len(str(r[i])) for r in [header] + rows) for i in range(len(header))]
-    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
-    return "\n".join([fmt.format(*header), fmt.format(*("-" * w for w in widths))] +
-                     [fmt.format(*r) for r in rows])
 
 
 def _check_grid(run: Run, prefix: str, markdown: bool) -> str:
@@ -82,10 +73,10 @@ def _check_grid(run: Run, prefix: str, markdown: bool) -> str:
             if r.rule.id.startswith(prefix):
                 if r.rule.id not in order:
                     order.append(r.rule.id)
-                mark = _MARK[r.status]
+                cell = mark(r)
                 if r.failed and run.allow.reason(lib, r.rule.id) is not None:
-                    mark += " (allowed)"
-                cells[(lib, r.rule.id)] = mark
+                    cell += " (allowed)"
+                cells[(lib, r.rule.id)] = cell
     rows = [[cid] + [cells.get((lib, cid), "-") for lib in libs] for cid in order]
     return grid(["check"] + libs, rows, markdown)
 
@@ -118,8 +109,10 @@ def _summary_lines(run: Run, markdown: bool) -> list[str]:
         if lr.note:
             text += f" ({lr.note})"
         lines.append("- " + esc(text))
-    for lib, why in run.missing.items():
-        lines.append("- " + esc(f"{lib}: not checked ({why})"))
+    for lib, why in run.unavailable.items():
+        lines.append("- " + esc(f"{lib}: not checked: {why}"))
+    if run.not_installed:
+        lines.append("- " + esc("not installed: " + ", ".join(run.not_installed)))
     return lines
 
 
@@ -127,10 +120,21 @@ def _gate_line(run: Run) -> str:
     scope = "every checked library" if run.fail_on is None else ", ".join(run.fail_on)
     if run.exit_status == 0:
         return f"pass (exit status 0): no failure that is not allowed in {scope}"
-    why = f"{len(run.blocking)} failure(s) not allowed in {scope}" if run.blocking else ""
-    if run.missing and any(lib in run.missing for lib in (run.fail_on or run.missing)):
-        why = "; ".join(filter(None, [why, "a requested library is missing"]))
-    return f"FAIL (exit status {run.exit_status}): {why}"
+    why = [f"{len(run.blocking)} failure(s) not allowed in {scope}"] if run.blocking else []
+    if run.requested_missing:
+        why.append("asked for and not checked: " + ", ".join(run.requested_missing))
+    return f"FAIL (exit status {run.exit_status}): {'; '.join(why)}"
+
+
+def _next_step(run: Run) -> list[str]:
+    """What a reader of a failing run does next: see a rule's reproduction."""
+    failed = [(lib, r.rule.id) for lib, lr in run.libraries.items() for r in lr.results if r.status is Status.FAIL]
+    if not failed:
+        return []
+    lib, rule = failed[0]
+    return [f"Each failure has a reproduction, Python that shows it with its library alone: "
+            f"{run.explain_command.replace('LIBRARY', lib).replace('RULE', rule)} prints one as a file "
+            "that runs (the Markdown and JSON reports carry them all)."]
 
 
 def render(run: Run, fmt: str = "table") -> str:
@@ -141,8 +145,8 @@ def render(run: Run, fmt: str = "table") -> str:
     h = "## " if md else ""
     esc = md_escape if md else (lambda s: s)
     out = [f"{h}Libraries", *_summary_lines(run, md), ""]
-    out += [f"{h}Producer checks (ok = pass, FAIL, n/s = not supported, ERR = could not run)",
-            _check_grid(run, "producer.", md), ""]
+    out += [f"{h}Producer checks (ok = pass, FAIL, CRASH = the library killed the process, n/s = not "
+            "supported, ERR = could not run)", _check_grid(run, "producer.", md), ""]
     out += [f"{h}Consumer checks", _check_grid(run, "consumer.", md), ""]
     if any(r.rule.id.startswith("cuda.") for lr in run.libraries.values() for r in lr.results):
         out += [f"{h}CUDA checks (n/s: no CUDA device here, or the library cannot make what the check needs)",
@@ -158,12 +162,10 @@ def render(run: Run, fmt: str = "table") -> str:
     if md:
         out += _reproduction_blocks(run)
     out += [f"{h}Gate", esc(_gate_line(run))]
+    next_step = _next_step(run)
+    if next_step:
+        out += ["", *[esc(line) for line in next_step]]
     return "\n".join(out)
-
-
-def tool() -> dict:
-    """This tool's name and version, and the DLPack version it implements, for reports."""
-    return {"name": "dlpack-ref", "version": dlpack_ref.__version__, "dlpack_version": list(dlpack_ref.DLPACK_VERSION)}
 
 
 def _reproduction_blocks(run: Run) -> list[str]:
@@ -171,7 +173,7 @@ def _reproduction_blocks(run: Run) -> list[str]:
     blocks = []
     for lib, lr in run.libraries.items():
         for r in lr.results:
-            source = reproduction(lib, r)
+            source = reproduction(lib, r, lr.adapter)
             if source is not None:
                 blocks += [f"<details><summary>{md_escape(lib)}: {md_escape(r.rule.id)}</summary>", "",
                            "```python", source.rstrip(), "```", "</details>", ""]
@@ -180,22 +182,19 @@ def _reproduction_blocks(run: Run) -> list[str]:
     return ["## Reproductions (each runs with its library alone: python repro.py)", "", *blocks]
 
 
-def environment() -> dict:
-    """Python and platform, for reports."""
-    return {"python": platform.python_version(), "implementation": platform.python_implementation(),
-            "platform": platform.platform(), "machine": platform.machine(), "executable": sys.executable}
-
-
 def to_json(run: Run) -> dict:
     """The JSON report (see report.schema.json)."""
     libraries = []
     for lib, lr in run.libraries.items():
-        results = [{**r.to_dict(), "allowed": run.allow.reason(lib, r.rule.id) if r.failed else None,
-                    "reproduction": reproduction(lib, r)} for r in lr.results]
+        results = [{**r.to_dict(), "crash": r.crash, "allowed": run.allow.reason(lib, r.rule.id) if r.failed else None,
+                    "reproduction": reproduction(lib, r, lr.adapter)} for r in lr.results]
         libraries.append({"name": lib, "version": lr.version, "checked": True, "note": lr.note,
                           "summary": run.counts(lib), "results": results})
-    for lib, why in run.missing.items():
+    for lib, why in run.unavailable.items():
         libraries.append({"name": lib, "version": None, "checked": False, "note": why,
+                          "summary": None, "results": []})
+    for lib in run.not_installed:
+        libraries.append({"name": lib, "version": None, "checked": False, "note": "not installed",
                           "summary": None, "results": []})
     return {
         "schema_version": SCHEMA_VERSION,

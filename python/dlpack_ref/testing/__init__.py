@@ -8,9 +8,10 @@
     deleter calls counted) and :class:`ForeignProducer` (a third-party array
     stand-in handing them out).
 :mod:`~dlpack_ref.testing.reader`
-    :func:`read_capsule` and :func:`capsule_name` (any capsule's fields,
-    without consuming it) and :func:`verdict`, the oracle of what
-    ``from_dlpack`` must refuse, independent of the core.
+    :func:`read_capsule`, :func:`read_values` and :func:`capsule_name` (any
+    capsule's fields and values, without consuming it), :class:`Consumed`
+    (a capsule taken as a consumer takes it) and :func:`verdict`, the oracle
+    of what ``from_dlpack`` must refuse, independent of the core.
 
 Every public name of the three is importable from here.
 """
@@ -18,7 +19,7 @@ Every public name of the three is importable from here.
 from .abi import *  # noqa: F401,F403
 from .abi import __all__ as _abi_all
 from .factory import CapsuleFactory, ForeignProducer
-from .reader import DEVICE_POLICY, capsule_name, read_capsule, verdict
+from .reader import DEVICE_POLICY, Consumed, capsule_name, read_capsule, read_values, verdict
 
-__all__ = [*_abi_all, "CapsuleFactory", "ForeignProducer", "DEVICE_POLICY", "capsule_name", "read_capsule",
-           "verdict"]
+__all__ = [*_abi_all, "CapsuleFactory", "ForeignProducer", "DEVICE_POLICY", "Consumed", "capsule_name",
+           "read_capsule", "read_values", "verdict"]

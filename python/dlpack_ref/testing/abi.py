@@ -3,8 +3,9 @@ the capsule names, the exchange-API function types and private prototypes of
 the Python C API.
 
 This is the one ctypes mirror of ``include/dlpack.h`` in the project: the
-capsule factory, the independent reader, the conformance checker and the
-tests all use these names. The structs are written from the header, not from
+capsule factory, the independent reader, the conformance checker, its
+reproductions (which carry these definitions as they are) and the tests
+all use these names. The structs are written from the header, not from
 the core, so that checks built on them do not inherit a mistake of the core
 (tests/test_abi.py compares them with the C layout). The constants (flag
 bits, capsule names, the ndim limit) are spelled once, in src/dlpack.pxd, and
@@ -23,9 +24,10 @@ __all__ = [
     "DLPackExchangeAPIHeader", "DLPackExchangeAPI",
     "FLAG_READ_ONLY", "FLAG_IS_COPIED", "FLAG_IS_SUBBYTE_TYPE_PADDED",
     "NAME_VERSIONED", "NAME_LEGACY", "NAME_USED_VERSIONED", "NAME_USED_LEGACY", "NAME_EXCHANGE_API",
-    "MAX_NDIM", "INT64_MAX",
+    "DLPACK_VERSION", "MAX_NDIM", "INT64_MAX",
     "DELETER_T", "SET_ERROR_T", "ALLOCATOR_T", "FROM_PY_T", "TO_PY_T", "VIEW_T", "STREAM_T",
-    "c_api", "exchange_api_of",
+    "c_api", "exchange_api_of", "PyCapsule_New", "PyCapsule_GetName", "PyCapsule_SetName", "PyCapsule_GetPointer",
+    "PyCapsule_IsValid", "PyCapsule_GetContext", "PyCapsule_SetContext", "Py_DecRef", "PyErr_Occurred",
 ]
 
 # The constants are spelled once, in src/dlpack.pxd (and dlpack.h); the
@@ -40,6 +42,8 @@ NAME_USED_VERSIONED = _core.CAPSULE_NAMES["used_versioned"].encode()
 NAME_USED_LEGACY = _core.CAPSULE_NAMES["used_legacy"].encode()
 NAME_EXCHANGE_API = _core.CAPSULE_NAMES["exchange_api"].encode()
 
+#: (major, minor) of the DLPack ABI of dlpack.h.
+DLPACK_VERSION = _core.DLPACK_VERSION
 #: The most dimensions a DLPack tensor may have in dlpack-ref (docs/guarantees.md).
 MAX_NDIM = _core.MAX_NDIM
 INT64_MAX = (1 << 63) - 1
@@ -158,8 +162,20 @@ def c_api(name: str, restype, *argtypes):
     return ctypes.PYFUNCTYPE(restype, *argtypes)((name, ctypes.pythonapi))
 
 
-_capsule_pointer = c_api("PyCapsule_GetPointer", ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)
-_capsule_is_valid = c_api("PyCapsule_IsValid", ctypes.c_int, ctypes.py_object, ctypes.c_char_p)
+# The Python C API as the mirror's users call it. Every PyObject* is a
+# c_void_p (pass id(obj) while holding obj): a capsule destructor runs while
+# its capsule is being deallocated, and a py_object argument would take a new
+# reference to a dying object. A capsule name is a char* (bytes, a char
+# buffer, or None for NULL) that must outlive the capsule.
+PyCapsule_New = c_api("PyCapsule_New", ctypes.py_object, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p)
+PyCapsule_GetName = c_api("PyCapsule_GetName", ctypes.c_void_p, ctypes.c_void_p)
+PyCapsule_SetName = c_api("PyCapsule_SetName", ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p)
+PyCapsule_GetPointer = c_api("PyCapsule_GetPointer", ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p)
+PyCapsule_IsValid = c_api("PyCapsule_IsValid", ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p)
+PyCapsule_GetContext = c_api("PyCapsule_GetContext", ctypes.c_void_p, ctypes.c_void_p)
+PyCapsule_SetContext = c_api("PyCapsule_SetContext", ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
+Py_DecRef = c_api("Py_DecRef", None, ctypes.c_void_p)
+PyErr_Occurred = c_api("PyErr_Occurred", ctypes.c_void_p)
 
 
 def exchange_api_of(cls) -> DLPackExchangeAPI | None:
@@ -183,7 +199,7 @@ def exchange_api_of(cls) -> DLPackExchangeAPI | None:
     cap = getattr(cls, "__dlpack_c_exchange_api__", None)
     if cap is None:
         return None
-    if type(cap).__name__ != "PyCapsule" or not _capsule_is_valid(cap, NAME_EXCHANGE_API):
+    if type(cap).__name__ != "PyCapsule" or not PyCapsule_IsValid(id(cap), NAME_EXCHANGE_API):
         raise TypeError(f"__dlpack_c_exchange_api__ of {cls.__name__} is {cap!r}, "
                         "not a capsule named 'dlpack_exchange_api'")
-    return DLPackExchangeAPI.from_address(_capsule_pointer(cap, NAME_EXCHANGE_API))
+    return DLPackExchangeAPI.from_address(PyCapsule_GetPointer(id(cap), NAME_EXCHANGE_API))

@@ -45,10 +45,10 @@ import os
 import threading
 from typing import Any
 
-from .._dlpack_ref import _testing_trampolines
 from .abi import (
     DELETER_T, FLAG_IS_SUBBYTE_TYPE_PADDED, NAME_LEGACY, NAME_VERSIONED, DLManagedTensor,
-    DLManagedTensorVersioned, c_api,
+    DLManagedTensorVersioned, PyCapsule_GetContext, PyCapsule_GetName, PyCapsule_GetPointer, PyCapsule_New,
+    PyCapsule_SetContext,
 )
 
 __all__ = ["CapsuleFactory", "ForeignProducer"]
@@ -58,21 +58,13 @@ __all__ = ["CapsuleFactory", "ForeignProducer"]
 _MAX_ALLOC = 1 << 26
 _ALIGN = 256
 
-# Every PyObject* argument is passed as c_void_p: the capsule destructor runs
-# while the capsule is being deallocated, and a py_object argument would
-# take a new reference to a dying object.
-_PyCapsule_New = c_api("PyCapsule_New", ctypes.py_object, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
-_PyCapsule_GetName = c_api("PyCapsule_GetName", ctypes.c_void_p, ctypes.c_void_p)
-_PyCapsule_GetPointer = c_api("PyCapsule_GetPointer", ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
-_PyCapsule_GetContext = c_api("PyCapsule_GetContext", ctypes.c_void_p, ctypes.c_void_p)
-_PyCapsule_SetContext = c_api("PyCapsule_SetContext", ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
-
 # Capsules keep a pointer to their name, not a copy: every name ever used
 # stays alive here (a handful of short strings).
 _NAMES: dict[bytes, ctypes.Array] = {}
 
 
-def _name_address(name: bytes | None) -> int | None:
+def _name_buffer(name: bytes | None):
+    """A char buffer of ``name`` that lives as long as the process (None for NULL)."""
     if name is None:
         return None
     buf = _NAMES.get(name)
@@ -80,7 +72,7 @@ def _name_address(name: bytes | None) -> int | None:
         # setdefault, not a store: two threads making the first capsule of a
         # name must share one buffer, or the loser's capsule names freed memory.
         buf = _NAMES.setdefault(name, ctypes.create_string_buffer(name))
-    return ctypes.addressof(buf)
+    return buf
 
 
 def _c_string(address: int | None) -> bytes | None:
@@ -144,15 +136,15 @@ def _on_delete(address: int | None) -> None:
 
 
 def _on_capsule_destroyed(capsule: int) -> None:
-    context = _PyCapsule_GetContext(capsule)
+    context = PyCapsule_GetContext(capsule)
     with _LOCK:
         record = _BY_CONTEXT.pop(context or 0, None)
     if record is None:
         return
-    name_address = _PyCapsule_GetName(capsule)
-    if _c_string(name_address) != record.name:
+    name = _c_string(PyCapsule_GetName(capsule))
+    if name != record.name:
         return  # a consumer renamed it: it owns the tensor now
-    struct_address = _PyCapsule_GetPointer(capsule, name_address)
+    struct_address = PyCapsule_GetPointer(capsule, name)
     if record.released:
         # The deleter ran already, from a consumer that kept the capsule's
         # name: the struct is freed. Count the second call a real destructor
@@ -169,11 +161,28 @@ def _dispatch(kind: int, address: int) -> None:
     (_on_capsule_destroyed if kind else _on_delete)(address)
 
 
-# The deleter and the capsule destructor are C trampolines of the core that
-# call _dispatch with the pending exception saved (a ctypes callback would
-# swallow an exception being raised while a capsule dies) and the GIL held.
+_CALLBACKS: list = []  # ctypes callbacks must outlive every call through them
+
+
+def _trampolines(dispatch) -> tuple[int, int]:
+    """The addresses of the deleter and the capsule destructor, which call
+    ``dispatch(0, tensor)`` and ``dispatch(1, capsule)``: the core's C
+    trampolines, which keep the pending exception of a capsule that dies
+    while one is raised and take the GIL themselves; plain ctypes callbacks
+    where dlpack-ref is not installed (a reproduction run with the library
+    alone)."""
+    try:
+        from dlpack_ref._dlpack_ref import _testing_trampolines
+    except ImportError:
+        callbacks = (DELETER_T(lambda address: dispatch(0, address)), DELETER_T(lambda capsule: dispatch(1, capsule)))
+        _CALLBACKS.extend(callbacks)
+        deleter, destructor = (ctypes.cast(c, ctypes.c_void_p).value for c in callbacks)
+        return deleter, destructor
+    return _testing_trampolines(dispatch)
+
+
 # One deleter serves every tensor, dispatching on the address it receives.
-_DELETER_ADDRESS, _CAPSULE_DESTRUCTOR_ADDRESS = _testing_trampolines(_dispatch)
+_DELETER_ADDRESS, _CAPSULE_DESTRUCTOR_ADDRESS = _trampolines(_dispatch)
 
 
 # --- field helpers -----------------------------------------------------------
@@ -369,8 +378,8 @@ class CapsuleFactory:
                 self._no_deleter_buffers.append(buffers)
                 record.released = True
             _BY_CONTEXT[cap_id] = record
-        capsule = _PyCapsule_New(address, _name_address(name), _CAPSULE_DESTRUCTOR_ADDRESS)
-        _PyCapsule_SetContext(id(capsule), cap_id)
+        capsule = PyCapsule_New(address, _name_buffer(name), _CAPSULE_DESTRUCTOR_ADDRESS)
+        PyCapsule_SetContext(id(capsule), cap_id)
         self.last_data = data_address or 0
         self.last_id = cap_id
         self.last_address = address

@@ -15,22 +15,22 @@ from __future__ import annotations
 
 import ctypes
 import math
+import struct
 
 from .._devices import SUPPORTED, DeviceType
 from .._dtypes import from_triple
 from .abi import (
-    FLAG_IS_SUBBYTE_TYPE_PADDED, INT64_MAX, MAX_NDIM, NAME_LEGACY, NAME_USED_LEGACY, NAME_USED_VERSIONED,
-    NAME_VERSIONED, DLManagedTensor, DLManagedTensorVersioned, c_api,
+    DELETER_T, FLAG_IS_SUBBYTE_TYPE_PADDED, INT64_MAX, MAX_NDIM, NAME_LEGACY, NAME_USED_LEGACY, NAME_USED_VERSIONED,
+    NAME_VERSIONED, DLManagedTensor, DLManagedTensorVersioned, PyCapsule_GetName, PyCapsule_GetPointer,
+    PyCapsule_SetName,
 )
 
-__all__ = ["capsule_name", "read_capsule", "verdict", "DEVICE_POLICY"]
+__all__ = ["capsule_name", "read_capsule", "read_values", "Consumed", "verdict", "DEVICE_POLICY"]
 
 #: The device rule dlpack-ref adds on top of the universal checks: the memory
 #: it can hold. ``verdict(capsule, devices=None)`` leaves it out.
 DEVICE_POLICY = SUPPORTED
 
-_PyCapsule_GetName = c_api("PyCapsule_GetName", ctypes.c_void_p, ctypes.c_void_p)
-_PyCapsule_GetPointer = c_api("PyCapsule_GetPointer", ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p)
 _DEVICE_TYPES = frozenset(int(m) for m in DeviceType)
 
 
@@ -53,7 +53,7 @@ def capsule_name(capsule) -> bytes | None:
     """
     if type(capsule).__name__ != "PyCapsule":
         raise TypeError(f"expected a PyCapsule, got {type(capsule).__name__}")
-    address = _PyCapsule_GetName(id(capsule))
+    address = PyCapsule_GetName(id(capsule))
     return None if not address else ctypes.string_at(address)
 
 
@@ -95,7 +95,7 @@ def read_capsule(capsule) -> dict:
     if name not in (NAME_VERSIONED, NAME_LEGACY, NAME_USED_VERSIONED, NAME_USED_LEGACY):
         raise ValueError(f"not a DLPack capsule name: {name!r}")
     versioned = name.endswith(b"versioned")
-    address = _PyCapsule_GetPointer(id(capsule), name)
+    address = PyCapsule_GetPointer(id(capsule), name)
     struct = (DLManagedTensorVersioned if versioned else DLManagedTensor).from_address(address)
     tensor = struct.dl_tensor
     readable = 0 <= tensor.ndim <= MAX_NDIM
@@ -117,6 +117,87 @@ def read_capsule(capsule) -> dict:
         "strides": _read_int64s(tensor.strides, tensor.ndim) if readable else None,
         "byte_offset": tensor.byte_offset,
     }
+
+
+#: (code, bits) -> the struct format of one element, for read_values.
+_ELEMENT_FORMATS = {
+    (0, 8): "b", (0, 16): "h", (0, 32): "i", (0, 64): "q",
+    (1, 8): "B", (1, 16): "H", (1, 32): "I", (1, 64): "Q",
+    (2, 16): "e", (2, 32): "f", (2, 64): "d", (4, 16): "H",
+    (5, 64): "ff", (5, 128): "dd", (6, 8): "?",
+}
+#: Device types whose memory this process reads in place: kDLCPU,
+#: kDLCUDAHost, kDLROCMHost, kDLCUDAManaged.
+_HOST_READABLE = frozenset({1, 3, 11, 13})
+
+
+def read_values(capsule):
+    """The values of the tensor behind a DLPack capsule, as nested lists (a
+    Python scalar for ndim 0): bool, int, float (bfloat16 widened exactly)
+    and complex elements, along the strides (C order when NULL). Nothing is
+    consumed; the capsule keeps the tensor alive while it is read.
+
+    Raises
+    ------
+    BufferError
+        For memory this process cannot read in place, or an element type
+        other than the ones above.
+    """
+    info = read_capsule(capsule)
+    code, bits, lanes = info["dtype"]
+    fmt = _ELEMENT_FORMATS.get((code, bits))
+    if info["device"][0] not in _HOST_READABLE:
+        raise BufferError(f"memory on device {info['device']} is not readable here")
+    if fmt is None or lanes != 1:
+        raise BufferError(f"elements of dtype (code, bits, lanes)={info['dtype']} are not read here")
+    shape = info["shape"] or ()
+    if info["ndim"] and len(shape) != info["ndim"]:
+        raise BufferError(f"no shape to read for ndim {info['ndim']}")
+    strides = info["strides"]
+    if strides is None:
+        strides = tuple(math.prod(shape[i + 1:]) for i in range(len(shape)))
+    first, size = info["data"] + info["byte_offset"], struct.calcsize(fmt)
+
+    def element(offset):
+        raw = struct.unpack(fmt, ctypes.string_at(first + offset * size, size))
+        if code == 4:  # bfloat16: the high half of a float32
+            return struct.unpack("<f", struct.pack("<I", raw[0] << 16))[0]
+        return raw[0] if len(raw) == 1 else complex(*raw)
+
+    def at(offset, axis):
+        if axis == len(shape):
+            return element(offset)
+        return [at(offset + i * strides[axis], axis + 1) for i in range(shape[axis])]
+    return at(0, 0)
+
+
+class Consumed:
+    """A capsule taken as a consumer takes it: renamed
+    ``used_dltensor[_versioned]``, so that its destructor leaves the tensor
+    alone, and the tensor held until :meth:`release` calls its deleter, once.
+
+    Raises
+    ------
+    ValueError
+        For a capsule that is not an unconsumed DLPack tensor capsule.
+    """
+
+    def __init__(self, capsule):
+        name = capsule_name(capsule)
+        if name not in (NAME_VERSIONED, NAME_LEGACY):
+            raise ValueError(f"capsule named {name!r} cannot be consumed")
+        self.info = read_capsule(capsule)
+        PyCapsule_SetName(id(capsule), NAME_USED_VERSIONED if self.info["versioned"] else NAME_USED_LEGACY)
+        self._deleter = self.info["deleter"]
+
+    def release(self) -> None:
+        """Call the tensor's deleter (the consumer is done with it)."""
+        deleter, self._deleter = self._deleter, 0
+        if deleter:
+            DELETER_T(deleter)(self.info["address"])
+
+    def __del__(self):
+        self.release()
 
 
 def verdict(capsule, *, devices=DEVICE_POLICY) -> str | None:
@@ -168,7 +249,7 @@ def verdict(capsule, *, devices=DEVICE_POLICY) -> str | None:
         return f"capsule named {name!r} is not a DLPack tensor capsule"
     versioned = name == NAME_VERSIONED
     struct = (DLManagedTensorVersioned if versioned else DLManagedTensor).from_address(
-        _PyCapsule_GetPointer(id(capsule), name))
+        PyCapsule_GetPointer(id(capsule), name))
     null_strides_ok = True
     flags = 0
     if versioned:

@@ -19,17 +19,14 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-from typing import Callable
 
-from dlpack_ref import DLPACK_VERSION as V13
-from dlpack_ref.testing import FLAG_IS_COPIED as IS_COPIED, read_capsule
+from dlpack_ref.harness.observe import exc_name
+from dlpack_ref.harness.subject import NotSupported, first_element
+from dlpack_ref.testing.abi import DLPACK_VERSION, FLAG_IS_COPIED
+from dlpack_ref.testing.reader import read_capsule
 
-from .model import CheckFailed, CudaProducer, NotSupported, Result, Rule, RuleTable, exc_name, first_element, flag_set
-
-_TABLE = RuleTable()
-CHECKS: list[tuple[Rule, Callable[[CudaProducer], str]]] = _TABLE.checks
-RULES: dict[str, Rule] = _TABLE.rules
-_check = _TABLE.rule
+from .table import rule
+from .support import CheckFailed, device_value, flag_set, refused_streams
 
 N_VALUES = 1 << 14                 # float32 values per array
 KDL_CPU, KDL_CUDA, KDL_CUDA_HOST, KDL_CUDA_MANAGED = 1, 2, 3, 13
@@ -40,7 +37,6 @@ _NOT_READY = 600                   # CUDA_ERROR_NOT_READY
 # memsets of a scratch buffer for tens of milliseconds on any current GPU.
 BUSY_BYTES = 256 << 20
 BUSY_MEMSETS = 600
-_STREAM_CLAUSE = "array.__dlpack__, stream"
 
 
 # --- the checker's side of CUDA -----------------------------------------------------
@@ -140,18 +136,18 @@ def _export(x, **kwargs):
     """``x.__dlpack__(max_version=(1, 3), **kwargs)``, a legacy export for a
     producer that has no max_version."""
     try:
-        return x.__dlpack__(max_version=V13, **kwargs)
+        return x.__dlpack__(max_version=DLPACK_VERSION, **kwargs)
     except TypeError as e:
         if "max_version" not in str(e):
             raise
         return x.__dlpack__(**kwargs)
 
 
-def _scope(cp: CudaProducer, stream: int | None):
+def _scope(cp, stream: int | None):
     return cp.export_scope(stream) if cp.export_scope is not None and stream is not None else contextlib.nullcontext()
 
 
-def _pending(cp: CudaProducer, lab: _Lab, kind: str = "cuda"):
+def _pending(cp, lab, kind: str = "cuda"):
     """(array, its values, the producer's stream P): the library's copy of
     the values into new memory is still pending on P."""
     if cp.write is None:
@@ -190,7 +186,7 @@ def _exported(fn, what: str):
         raise CheckFailed(f"{what} raised", e) from e
 
 
-def _ordered(cp: CudaProducer, stream_value, read_stream, label: str) -> str:
+def _ordered(cp, stream_value, read_stream, label: str) -> str:
     """The consumer reading on ``read_stream`` after ``__dlpack__(stream=stream_value)``
     sees the producer's pending write."""
     with _Lab() as lab:
@@ -210,42 +206,20 @@ def _ordered(cp: CudaProducer, stream_value, read_stream, label: str) -> str:
 
 # --- (a) stream values -----------------------------------------------------------------------
 
-@_check("cuda.stream_handle_waits",
-        "__dlpack__(stream=S) with S a consumer's stream handle (> 2): the producer orders S after its pending "
-        "work (an event recorded after its last write, waited on by S), so work the consumer enqueues on S "
-        "reads the array's values", "array-api",
-        f"{_STREAM_CLAUSE}: '> 2: stream number represented as a Python integer'; the producer must ensure "
-        "operations can safely be performed on the array, e.g. by 'wait for event'")
-def _stream_handle(cp: CudaProducer) -> str:
+@rule("array-api",
+      "array.__dlpack__, stream: '> 2: stream number represented as a Python integer'; the producer must ensure "
+      "operations can safely be performed on the array, e.g. by 'wait for event'")
+def stream_handle_waits(cp) -> str:
+    """__dlpack__(stream=S) with S a consumer's stream handle (> 2): the producer orders S after its pending work (an
+    event recorded after its last write, waited on by S), so work the consumer enqueues on S reads the array's
+    values"""
     return _ordered(cp, lambda c: c, lambda c: c, "<consumer stream>")
 
 
-@_check("cuda.stream_legacy_waits",
-        "__dlpack__(stream=1): the legacy default stream is ordered after the producer's pending work",
-        "array-api", f"{_STREAM_CLAUSE}: '1: the legacy default stream'")
-def _stream_legacy(cp: CudaProducer) -> str:
-    return _ordered(cp, lambda c: LEGACY_STREAM, lambda c: LEGACY_STREAM, "1")
-
-
-@_check("cuda.stream_per_thread_waits",
-        "__dlpack__(stream=2): the calling thread's per-thread default stream is ordered after the producer's "
-        "pending work", "array-api", f"{_STREAM_CLAUSE}: '2: the per-thread default stream'")
-def _stream_per_thread(cp: CudaProducer) -> str:
-    return _ordered(cp, lambda c: PER_THREAD_STREAM, lambda c: PER_THREAD_STREAM, "2")
-
-
-@_check("cuda.stream_none_waits",
-        "__dlpack__(stream=None) of CUDA memory: the legacy default stream is ordered after the producer's "
-        "pending work", "array-api", f"{_STREAM_CLAUSE}: 'None: the legacy default stream'")
-def _stream_none(cp: CudaProducer) -> str:
-    return _ordered(cp, lambda c: None, lambda c: LEGACY_STREAM, "None")
-
-
-@_check("cuda.stream_object_waits",
-        "a stream object of the __cuda_stream__ protocol, when the producer accepts one, is ordered like its "
-        "handle (a producer that accepts only ints says TypeError: not supported)", "dlpack-ref",
-        "docs/cuda.md, Streams: object with __cuda_stream__ (cuda.core's stream protocol)")
-def _stream_object(cp: CudaProducer) -> str:
+@rule("dlpack-ref", "docs/cuda.md, Streams: object with __cuda_stream__ (cuda.core's stream protocol)")
+def stream_object_waits(cp) -> str:
+    """a stream object of the __cuda_stream__ protocol, when the producer accepts one, is ordered like its handle (a
+    producer that accepts only ints says TypeError: not supported)"""
     try:
         return _ordered(cp, _StreamObject, lambda c: c, "<__cuda_stream__ object>")
     except CheckFailed as e:
@@ -255,12 +229,17 @@ def _stream_object(cp: CudaProducer) -> str:
         raise
 
 
-@_check("cuda.stream_no_sync",
-        "__dlpack__(stream=-1) is accepted and synchronizes nothing: the host does not wait and no stream is "
-        "made to wait (a read on an unrelated stream still sees the bytes from before the pending write)",
-        "array-api", f"{_STREAM_CLAUSE}: '-1: if provided, indicates the producer must not perform any "
-        "synchronization'")
-def _stream_no_sync(cp: CudaProducer) -> str:
+@rule("array-api", "array.__dlpack__, stream: '1: the legacy default stream'")
+def stream_legacy_waits(cp) -> str:
+    """__dlpack__(stream=1): the legacy default stream is ordered after the producer's pending work"""
+    return _ordered(cp, lambda c: LEGACY_STREAM, lambda c: LEGACY_STREAM, "1")
+
+
+@rule("array-api",
+      "array.__dlpack__, stream: '-1: if provided, indicates the producer must not perform any synchronization'")
+def stream_no_sync(cp) -> str:
+    """__dlpack__(stream=-1) is accepted and synchronizes nothing: the host does not wait and no stream is made to wait
+    (a read on an unrelated stream still sees the bytes from before the pending write)"""
     with _Lab() as lab:
         x, values, p = _pending(cp, lab)
         c = lab.stream()
@@ -278,24 +257,26 @@ def _stream_no_sync(cp: CudaProducer) -> str:
         return "accepted; the pending write stays pending (a read on an unrelated stream sees the old bytes)"
 
 
-@_check("cuda.stream_invalid_refused",
-        "for CUDA memory stream=0 (ambiguous: None, 1 or 2) and other invalid values (-2, a str) are refused "
-        "with an exception, not an assert", "array-api",
-        f"{_STREAM_CLAUSE}: '0 is disallowed due to its ambiguity'")
-def _stream_invalid(cp: CudaProducer) -> str:
+@rule("array-api", "array.__dlpack__, stream: '2: the per-thread default stream'")
+def stream_per_thread_waits(cp) -> str:
+    """__dlpack__(stream=2): the calling thread's per-thread default stream is ordered after the producer's pending
+    work"""
+    return _ordered(cp, lambda c: PER_THREAD_STREAM, lambda c: PER_THREAD_STREAM, "2")
+
+
+@rule("array-api", "array.__dlpack__, stream: '0 is disallowed due to its ambiguity'")
+def stream_invalid_refused(cp) -> str:
+    """for CUDA memory stream=0 (ambiguous: None, 1 or 2) and other invalid values (-2, a str) are refused with an
+    exception, not an assert"""
     with _Lab():
         x = cp.make("cuda", _values())
-        notes = []
-        for bad in (0, -2, "1"):
-            try:
-                _export(x, stream=bad)
-            except AssertionError as e:
-                raise CheckFailed(f"stream={bad!r} refused by an assert (gone under python -O)", e) from e
-            except Exception as e:
-                notes.append(f"stream={bad!r}: {exc_name(e)}")
-                continue
-            raise CheckFailed(f"stream={bad!r} was accepted for CUDA memory")
-        return "; ".join(notes)
+        return "; ".join(refused_streams(lambda stream: _export(x, stream=stream), (0, -2, "1"), "CUDA memory"))
+
+
+@rule("array-api", "array.__dlpack__, stream: 'None: the legacy default stream'")
+def stream_none_waits(cp) -> str:
+    """__dlpack__(stream=None) of CUDA memory: the legacy default stream is ordered after the producer's pending work"""
+    return _ordered(cp, lambda c: None, lambda c: LEGACY_STREAM, "None")
 
 
 # --- (b) copy=True between CUDA arrays ---------------------------------------------------------
@@ -305,18 +286,17 @@ def _copy_true(x, c, refusal=CheckFailed):
     TypeError) is not supported, any other refusal raises ``refusal``: the
     standard says copy=True must always copy."""
     try:
-        return x.__dlpack__(max_version=V13, copy=True, stream=c)
+        return x.__dlpack__(max_version=DLPACK_VERSION, copy=True, stream=c)
     except TypeError as e:
         raise NotSupported("copy keyword not accepted (a producer older than DLPack 1.0)", e) from e
     except Exception as e:
         raise refusal("copy=True of CUDA memory raised; the standard says it must always copy", e) from e
 
 
-@_check("cuda.copy_true_copies",
-        "copy=True of CUDA memory (no dl_device) copies on the device: another data pointer, the copy holds "
-        "the array's values for work on the consumer's stream, and writes to it leave the array unchanged",
-        "array-api", "array.__dlpack__, copy: 'If True, ... always copy'")
-def _cuda_copy_true(cp: CudaProducer) -> str:
+@rule("array-api", "array.__dlpack__, copy: 'If True, ... always copy'")
+def copy_true_copies(cp) -> str:
+    """copy=True of CUDA memory (no dl_device) copies on the device: another data pointer, the copy holds the array's
+    values for work on the consumer's stream, and writes to it leave the array unchanged"""
     with _Lab() as lab:
         values = _values()
         want = values.tobytes()
@@ -337,28 +317,28 @@ def _cuda_copy_true(cp: CudaProducer) -> str:
         return f"pointer {ptr:#x} != {base:#x}; the copy holds the values; writes to it do not reach the array"
 
 
-@_check("cuda.copy_true_flag", "a CUDA copy made for copy=True carries DLPACK_FLAG_BITMASK_IS_COPIED",
-        "header", "DLPACK_FLAG_BITMASK_IS_COPIED")
-def _cuda_copy_true_flag(cp: CudaProducer) -> str:
+@rule("header", "DLPACK_FLAG_BITMASK_IS_COPIED")
+def copy_true_flag(cp) -> str:
+    """a CUDA copy made for copy=True carries DLPACK_FLAG_BITMASK_IS_COPIED"""
     with _Lab() as lab:
         x = cp.make("cuda", _values())
         return _is_copied(read_capsule(_copy_true(x, lab.stream(), refusal=NotSupported)))
 
 
 def _is_copied(info: dict) -> str:
-    return flag_set(info, IS_COPIED, "legacy capsule: no flags to set", "IS_COPIED not set on a copy")
+    return flag_set(info, FLAG_IS_COPIED, "legacy capsule: no flags to set", "IS_COPIED not set on a copy")
 
 
 # --- (c) dl_device moves to the host ------------------------------------------------------------
 
 def _to_host(x, **kwargs):
     try:
-        return x.__dlpack__(max_version=V13, dl_device=(KDL_CPU, 0), **kwargs)
+        return x.__dlpack__(max_version=DLPACK_VERSION, dl_device=(KDL_CPU, 0), **kwargs)
     except (BufferError, TypeError) as e:
         raise NotSupported("dl_device=(kDLCPU, 0) is refused for CUDA memory", e) from e
 
 
-def _pending_host_copy(cp: CudaProducer, lab: _Lab, stream: int | None):
+def _pending_host_copy(cp, lab, stream: int | None):
     """(array, capsule, host pointer, values) of ``dl_device=(kDLCPU, 0)``
     with ``stream``, exported while the array's write is pending. Both must
     be kept until the bytes are read: the host copy lives as long as the
@@ -373,11 +353,10 @@ def _pending_host_copy(cp: CudaProducer, lab: _Lab, stream: int | None):
     return x, cap, _ptr(info), values
 
 
-@_check("cuda.dl_device_cpu_readable",
-        "__dlpack__(dl_device=(kDLCPU, 0), stream=None) of CUDA memory returns host memory the host can read on "
-        "return: the copy was made after the pending write and has finished",
-        "array-api", "array.__dlpack__, dl_device and stream (None: the host may read on return)")
-def _dl_device_cpu_readable(cp: CudaProducer) -> str:
+@rule("array-api", "array.__dlpack__, dl_device and stream (None: the host may read on return)")
+def dl_device_cpu_readable(cp) -> str:
+    """__dlpack__(dl_device=(kDLCPU, 0), stream=None) of CUDA memory returns host memory the host can read on return:
+    the copy was made after the pending write and has finished"""
     with _Lab() as lab:
         x, cap, ptr, values = _pending_host_copy(cp, lab, None)
         _compare(ctypes.string_at(ptr, values.nbytes), values.tobytes(), "the host copy read on return")
@@ -385,11 +364,10 @@ def _dl_device_cpu_readable(cp: CudaProducer) -> str:
         return "device (1, 0); the values are readable on return"
 
 
-@_check("cuda.dl_device_cpu_on_stream",
-        "__dlpack__(dl_device=(kDLCPU, 0), stream=S): the copy to the host is ordered on S after the pending "
-        "write; once S is synchronized the host reads the values (the host need not block before)",
-        "array-api", "array.__dlpack__, dl_device and stream (the stream is the consumer's, on the producer's device)")
-def _dl_device_cpu_on_stream(cp: CudaProducer) -> str:
+@rule("array-api", "array.__dlpack__, dl_device and stream (the stream is the consumer's, on the producer's device)")
+def dl_device_cpu_on_stream(cp) -> str:
+    """__dlpack__(dl_device=(kDLCPU, 0), stream=S): the copy to the host is ordered on S after the pending write; once
+    S is synchronized the host reads the values (the host need not block before)"""
     with _Lab() as lab:
         c = lab.stream()
         x, cap, ptr, values = _pending_host_copy(cp, lab, c)
@@ -401,10 +379,9 @@ def _dl_device_cpu_on_stream(cp: CudaProducer) -> str:
                 + ("the producer blocked until then" if early else "enqueued, nothing blocked"))
 
 
-@_check("cuda.dl_device_cpu_flag",
-        "a host copy made for dl_device=(kDLCPU, 0) of CUDA memory carries DLPACK_FLAG_BITMASK_IS_COPIED",
-        "header", "DLPACK_FLAG_BITMASK_IS_COPIED ('the data was copied')")
-def _dl_device_cpu_flag(cp: CudaProducer) -> str:
+@rule("header", "DLPACK_FLAG_BITMASK_IS_COPIED ('the data was copied')")
+def dl_device_cpu_flag(cp) -> str:
+    """a host copy made for dl_device=(kDLCPU, 0) of CUDA memory carries DLPACK_FLAG_BITMASK_IS_COPIED"""
     with _Lab():
         x = cp.make("cuda", _values())
         return _is_copied(read_capsule(_to_host(x)))
@@ -412,10 +389,10 @@ def _dl_device_cpu_flag(cp: CudaProducer) -> str:
 
 # --- (d) managed and pinned memory reported as what they are --------------------------------------
 
-def _device_reported(cp: CudaProducer, kind: str, device_type: int, label: str) -> str:
+def _device_reported(cp, kind: str, device_type: int, label: str) -> str:
     with _Lab():
         x = cp.make(kind, _values())
-        dev = tuple(int(v) for v in x.__dlpack_device__())
+        dev = tuple(device_value(v) for v in x.__dlpack_device__())
         info = read_capsule(_export(x))
         notes = f"__dlpack_device__() {dev}, capsule {info['device']}"
         if dev != info["device"]:
@@ -425,34 +402,19 @@ def _device_reported(cp: CudaProducer, kind: str, device_type: int, label: str) 
         return notes
 
 
-@_check("cuda.managed_device",
-        "CUDA managed memory is reported as kDLCUDAManaged (13) by __dlpack_device__ and in the capsule",
-        "header", "DLDeviceType: kDLCUDAManaged, 'CUDA managed/unified memory allocated by cudaMallocManaged'")
-def _managed_device(cp: CudaProducer) -> str:
+@rule("header", "DLDeviceType: kDLCUDAManaged, 'CUDA managed/unified memory allocated by cudaMallocManaged'")
+def managed_device(cp) -> str:
+    """CUDA managed memory is reported as kDLCUDAManaged (13) by __dlpack_device__ and in the capsule"""
     return _device_reported(cp, "managed", KDL_CUDA_MANAGED, "kDLCUDAManaged")
 
 
-@_check("cuda.pinned_device",
-        "page-locked host memory is reported as kDLCUDAHost (3) by __dlpack_device__ and in the capsule",
-        "header", "DLDeviceType: kDLCUDAHost, 'Pinned CUDA CPU memory by cudaMallocHost'")
-def _pinned_device(cp: CudaProducer) -> str:
+@rule("header", "DLDeviceType: kDLCUDAHost, 'Pinned CUDA CPU memory by cudaMallocHost'")
+def pinned_device(cp) -> str:
+    """page-locked host memory is reported as kDLCUDAHost (3) by __dlpack_device__ and in the capsule"""
     return _device_reported(cp, "pinned", KDL_CUDA_HOST, "kDLCUDAHost")
 
 
-@_check("cuda.device_reported",
-        "CUDA device memory is reported as (kDLCUDA, device id) by __dlpack_device__ and in the capsule",
-        "array-api", "array.__dlpack_device__; header: DLDeviceType kDLCUDA")
-def _cuda_device(cp: CudaProducer) -> str:
+@rule("array-api", "array.__dlpack_device__; header: DLDeviceType kDLCUDA")
+def device_reported(cp) -> str:
+    """CUDA device memory is reported as (kDLCUDA, device id) by __dlpack_device__ and in the capsule"""
     return _device_reported(cp, "cuda", KDL_CUDA, "kDLCUDA")
-
-
-# --- running ------------------------------------------------------------------------------------------
-
-def run_cuda_check(cp: CudaProducer, check_id: str) -> Result:
-    return _TABLE.run_one(cp, check_id, cp.name)
-
-
-def check_cuda(cp: CudaProducer, only: list[str] | None = None) -> list[Result]:
-    """Run every CUDA check (or those named in ``only``) in this process."""
-    return _TABLE.run_all(cp, cp.name, only)
-

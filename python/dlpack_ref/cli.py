@@ -1,0 +1,348 @@
+"""``dlpack-ref check`` and ``dlpack-ref bench`` (also ``python -m
+dlpack_ref``): the conformance checks as a CI gate, and the exchange
+benchmark, on one selection of libraries, with one set of conventions:
+stdout holds the report alone (whatever a library prints goes to stderr),
+progress and warnings go to stderr, ``--json FILE`` writes the JSON report
+too, and no run exits 0 unless something was checked."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import fnmatch
+import os
+import sys
+
+import dlpack_ref
+
+from .harness.output import EXIT_FAILED, EXIT_MISSING, EXIT_OK, EXIT_USAGE, Progress, report_stdout, unwritable
+from .harness.registry import KNOWN, select
+from .harness.runner import described
+
+_LIBRARIES = f"""\
+libraries (the same for check and bench):
+  Without --library: dlpack_ref and every installed one of
+  {', '.join(k for k in KNOWN if k != 'dlpack_ref')}
+  (those not installed are listed on one line). --library SPEC names one
+  and replaces that set; --installed adds it back. A known name uses its
+  adapter; any other importable module is checked through its
+  __dlpack_conformance__() factory hook when it has one, else through the
+  generic adapter (asarray and reshape, or its from_dlpack of NumPy arrays,
+  make arrays; from_dlpack, or the attribute named by module:attr, is the
+  consumer). A library is imported only in child processes: one whose
+  import fails, crashes or exits, or in which nothing can be checked, is
+  reported with why.
+
+output:
+  The report goes to stdout, and nothing else does: whatever a library
+  writes goes to stderr, with the progress and warnings. --json FILE writes
+  the JSON report too; a FILE that cannot be written is a usage error
+  before anything runs.
+"""
+
+_CHECK_EPILOG = _LIBRARIES + """
+formats (--format):
+  table      plain text: per-library summary, producer and consumer grids,
+             the exchange matrix, one short line per failure, each broken
+             rule's text once, the gate's verdict, how to see a
+             reproduction
+  markdown   the same as Markdown (text escaped: __dlpack__ is not bold),
+             with each failure's reproduction folded
+  json       machine-readable, schema version 1: the file
+             report.schema.json inside the dlpack_ref.conformance package
+
+explaining a rule:
+  --explain RULE runs that one rule (no exchange matrix) and prints, instead
+  of the report, a Python file that runs as is: the rule, where it is
+  written and each library's result as comments, then the first failure's
+  reproduction, the rule's own check and the library's adapter as they ran
+  (python -m dlpack_ref check --library LIB --explain RULE > repro.py).
+
+allowing failures:
+  --allow RULE (repeatable, any library) and --allow-file FILE, whose lines
+  are "LIBRARY RULE REASON" (LIBRARY may be *, RULE may use * wildcards,
+  a reason is required, # starts a comment).
+
+exit status:
+  0  something was checked, and every checked library passes every rule that
+     is not allowed
+  1  a checked library fails a rule that is not allowed (or a check could
+     not run, or a library crashed)
+  2  bad arguments: an unreadable allow file, an unknown --explain rule, a
+     --rules pattern that matches no rule, a --json FILE that cannot be
+     written
+  3  a library asked for with --library (or --fail-on) cannot be imported,
+     its import crashes or exits, nothing in it can be checked, or nothing
+     was checked at all
+  Without the gate only dlpack_ref's own failures set the status:
+  --fail-on dlpack_ref gives that behaviour back.
+"""
+
+_BENCH_EPILOG = _LIBRARIES + """
+  bench always measures dlpack_ref too: it is the yardstick of the standings.
+
+what is measured:
+  every producer x consumer pair: the consumer's import of a small array
+  (from_dlpack(x), or of x.__dlpack__(...) for a consumer that takes
+  capsules), all pairs interleaved within every round, median and min, and
+  whether the result is the producer's memory (zero-copy, by pointer) or a
+  copy; each producer's __dlpack__() and __dlpack_device__() alone, and
+  where its type publishes a C exchange table, dlpack_ref's import through
+  it beside the import through __dlpack__; each library's copy=True import
+  of a large array of its own and of one NumPy array, beside this machine's
+  memcpy of the same bytes. Every call runs once first in a child process:
+  one that crashes, hangs or raises is reported and not timed (timing runs
+  in this one process).
+
+formats (--format):
+  table, markdown, json (the file bench.schema.json inside the
+  dlpack_ref.bench package)
+
+exit status:
+  0  measured (whatever the numbers; a crashing pair is reported, not fatal)
+  1  the chart asked for with --plot cannot be drawn (matplotlib is missing:
+     checked before measuring, and an old chart at FILE is removed)
+  2  bad arguments (a --plot or --json FILE that cannot be written: checked
+     before measuring)
+  3  a library asked for with --library cannot be imported, its import
+     crashes or exits, or it has neither a producer nor a consumer
+"""
+
+
+def _library_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--library", action="append", metavar="SPEC",
+                   help="a library: a known name, any module, or module:from_dlpack (repeatable)")
+    p.add_argument("--installed", action="store_true", help="with --library: every installed known library too")
+    p.add_argument("--format", choices=("table", "markdown", "json"), default="table",
+                   help="report format (default: table)")
+    p.add_argument("--json", metavar="FILE", help="also write the JSON report to FILE")
+
+
+def _parser(prog: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description="DLPack conformance checks and exchange benchmarks of "
+                                "array libraries, usable as a CI gate.")
+    p.add_argument("--version", action="version",
+                   version=f"%(prog)s {dlpack_ref.__version__} (DLPack {'.'.join(map(str, dlpack_ref.DLPACK_VERSION))})")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    check = sub.add_parser("check", help="run the producer, consumer and exchange checks",
+                           description="Run the producer checks, the consumer catalogue (each in a child\n"
+                           "process) and the pairwise exchange matrix, print a report, and exit\n"
+                           "non-zero when a rule that is not allowed fails.",
+                           epilog=_CHECK_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    _library_options(check)
+    check.add_argument("--allow", action="append", default=[], metavar="RULE",
+                       help="a rule id (or pattern) whose failure does not fail the gate, for every library")
+    check.add_argument("--allow-file", metavar="FILE", help="allowances, one 'LIBRARY RULE REASON' a line")
+    check.add_argument("--fail-on", action="append", metavar="LIBRARY",
+                       help="only these libraries' failures set the exit status (repeatable; "
+                       "default: every checked library)")
+    check.add_argument("--no-matrix", action="store_true", help="skip the pairwise exchange matrix")
+    check.add_argument("--rules", action="append", metavar="PATTERN",
+                       help="run only the rules whose id matches (shell-style, repeatable; e.g. 'cuda.*' for "
+                       "the CUDA checks)")
+    check.add_argument("--explain", metavar="RULE",
+                       help="run one rule and print a runnable file: each library's result, and the first "
+                       "failure's reproduction")
+    bench = sub.add_parser("bench", help="benchmark zero-copy exchange between the libraries",
+                           description="Benchmark from_dlpack between every pair of libraries, the producers'\n"
+                           "__dlpack__ and __dlpack_device__, and copy=True bandwidth, in one process.",
+                           epilog=_BENCH_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    _library_options(bench)
+    bench.add_argument("--plot", metavar="FILE", help="draw the latency heatmap to FILE (.png or .svg; "
+                       "needs matplotlib, the 'bench' extra)")
+    bench.add_argument("--quick", action="store_true", help="a smoke run: fewer and shorter rounds")
+    bench.add_argument("--instructions", action="store_true",
+                       help="count instructions per call with callgrind too, where valgrind is installed (slow)")
+    return p
+
+
+def prog_name() -> str:
+    """How the command was started: ``dlpack-ref`` or ``python -m dlpack_ref``."""
+    base = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    return "python -m dlpack_ref" if base in ("__main__.py", "-c", "") or base.startswith("python") else base
+
+
+def _write_json(path: str | None, text: str) -> None:
+    if path:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text + "\n")
+
+
+# --- check -----------------------------------------------------------------------------------
+
+def _check(args, progress: Progress, out, prog: str) -> int:
+    from .conformance import report
+    from .conformance.gate import AllowList, blocking
+    from .conformance.rules import entries, tasks_for
+    from .conformance.run import check_spec, run_matrix
+
+    rule_ids = [e.rule.id for e in entries()]
+    try:
+        allow = (AllowList.read(args.allow_file) if args.allow_file else AllowList()).plus(args.allow)
+    except (OSError, ValueError) as e:
+        progress.say(f"error: --allow-file: {e}")
+        return EXIT_USAGE
+    if args.explain is not None:
+        if args.explain not in rule_ids:
+            progress.say(f"error: --explain: no rule {args.explain!r} (the rule ids are in every report)")
+            return EXIT_USAGE
+        args.rules, args.no_matrix = [args.explain], True
+    only = None
+    if args.rules:
+        only = {r for r in rule_ids if any(fnmatch.fnmatchcase(r, p) for p in args.rules)}
+        if not only:
+            progress.say(f"error: --rules {' '.join(args.rules)}: matches no rule (the rule ids are in every "
+                         "report; e.g. 'producer.*', 'consumer.copy_*', 'cuda.*')")
+            return EXIT_USAGE
+    why = unwritable(args.json) if args.json else None
+    if why:
+        progress.say(f"error: --json {why}")
+        return EXIT_USAGE
+    selection = select(args.library, add_installed=args.installed)
+    libraries, unavailable, sides = {}, {}, {}
+    for spec in selection.specs:
+        tick = None
+
+        def described(checked, spec=spec):
+            nonlocal tick
+            if checked.error is None:
+                d = checked.description
+                total = len(tasks_for(checked.sides, only))
+                progress.say(f"{spec} {d['version']}: {total} checks")
+                tick = progress.phase(spec, total)
+            else:
+                progress.say(f"{spec}: {checked.error}; not checked")
+
+        def on_result(r):
+            if tick:
+                tick(f"{r.rule.id}: {r.status.value}" if r.failed else None, r.failed)
+
+        checked = check_spec(spec, only, on_result, described)
+        if checked.error is not None:
+            unavailable[spec] = checked.error
+            continue
+        d, sides[spec] = checked.description, checked.sides
+        libraries[spec] = report.LibraryRun(spec, d["version"], checked.results, "", d["adapter"])
+    matrix = {}
+    if not args.no_matrix and libraries:
+        producers = [s for s in libraries if sides[s]["producer"]]
+        consumers = [s for s in libraries if sides[s]["consumer"]]
+        total = len(producers) * len(consumers)
+        progress.say(f"exchange matrix: {total} pairs, each pair of libraries in a worker of its own")
+        tick = progress.phase("exchange matrix", total)
+
+        def on_pair(task, cell):
+            from .harness.exchange import cell_text
+            bad = cell_text(cell).split(" ")[0] in ("CRASH", "HANG", "WRONG", "error")
+            tick(f"{task['producer']} -> {task['consumer']}: {cell_text(cell)}" if bad else None, bad)
+
+        matrix = run_matrix(producers, consumers, on_pair)
+    results = {lib: lr.results for lib, lr in libraries.items()}
+    stopping = blocking(results, allow, args.fail_on)
+    asked = set(selection.asked) | set(args.fail_on or [])
+    requested_missing = [lib for lib in unavailable if lib in asked]
+    requested_missing += [lib for lib in selection.asked if lib in libraries and not libraries[lib].results]
+    requested_missing += [lib for lib in args.fail_on or [] if lib not in libraries and lib not in unavailable
+                          and lib not in requested_missing]
+    for lib in args.fail_on or []:
+        if lib not in libraries and lib not in unavailable:
+            unavailable[lib] = "asked for with --fail-on but not checked"
+    for lib in selection.asked:
+        if lib in libraries and not libraries[lib].results:
+            unavailable[lib] = "none of the selected rules applies to it"
+    nothing = not any(results.values())
+    if nothing and not requested_missing:
+        requested_missing.append("(nothing was checked)")
+    status = EXIT_MISSING if requested_missing else EXIT_FAILED if stopping else EXIT_OK
+    run = report.Run(libraries, selection.not_installed, unavailable, matrix, allow, args.fail_on, stopping,
+                     requested_missing, status, f"{prog} check --library LIBRARY --explain RULE")
+    text = explain(run, args.explain) if args.explain is not None else report.render(run, args.format)
+    out.write(text + "\n")
+    _write_json(args.json, report.render(run, "json"))
+    return run.exit_status
+
+
+def explain(run, rule_id: str) -> str:
+    """A Python file that runs as is: the rule, where it is written and each
+    library's result as comments; the first failure's reproduction as code;
+    any other failure's reproduction commented out."""
+    from .conformance.reproduce import reproduction
+    from .conformance.rules import entries
+
+    rule = {e.rule.id: e.rule for e in entries()}[rule_id]
+    out = [f"# {rule.id}: {rule.text}", f"# where: {rule.citation()}", "#"]
+    code = []
+    for lib, lr in run.libraries.items():
+        for r in lr.results:
+            out += ["# " + line for line in r.line().splitlines()]
+            source = reproduction(lib, r, lr.adapter)
+            if source is None:
+                continue
+            if not code:
+                code = ["", f"# --- the reproduction of {lib}'s failure ---", source.rstrip()]
+            else:
+                code += ["", f"# --- the reproduction of {lib}'s failure (commented out: "
+                         f"--library {lib} --explain {rule.id} prints it as code) ---",
+                         *("# " + line if line else "#" for line in source.rstrip().splitlines())]
+    for lib, why in run.unavailable.items():
+        out.append(f"# {lib}: not checked: {why}")
+    if not code:
+        out.append("# no library checked here fails this rule: nothing to reproduce")
+    return "\n".join(out + code)
+
+
+# --- bench ------------------------------------------------------------------------------------
+
+def _bench(args, progress: Progress, out) -> int:
+    from .bench import chart, measure, report
+
+    for flag, path in (("--json", args.json), ("--plot", args.plot)):
+        why = unwritable(path) if path else None
+        if why:
+            progress.say(f"error: {flag} {why}; nothing was measured")
+            return EXIT_USAGE
+    if args.plot:
+        if os.path.splitext(args.plot)[1].lower() not in chart.FORMATS:
+            progress.say(f"error: --plot {args.plot}: the file must end in {' or '.join(chart.FORMATS)}")
+            return EXIT_USAGE
+        existed = os.path.exists(args.plot)
+        if chart.pyplot_or_remove(args.plot) is None:
+            progress.say("error: --plot needs matplotlib (pip install 'dlpack-ref[bench]'); nothing was measured"
+                         + (f"; {args.plot}, an earlier run's chart, was removed" if existed else ""))
+            return EXIT_FAILED
+    selection = select(args.library, add_installed=args.installed, always=("dlpack_ref",))
+    missing = {lib: "not installed" for lib in selection.not_installed}
+    specs = []
+    for spec in selection.specs:
+        found = described(spec)
+        error = found.error
+        if error is None and not (found.sides["producer"] or found.sides["consumer"]):
+            error = "nothing to benchmark: it has CUDA arrays only"
+        if error is not None:
+            missing[spec] = error
+            progress.say(f"{spec}: {error}; not benchmarked")
+            continue
+        specs.append(spec)
+    if any(lib in missing for lib in selection.asked):
+        return EXIT_MISSING
+    settings = measure.QUICK if args.quick else measure.Settings()
+    if args.instructions:
+        settings = dataclasses.replace(settings, instructions=True)
+    doc = measure.measure(specs, settings, progress, missing)
+    out.write(report.render(doc, args.format) + "\n")
+    _write_json(args.json, report.render(doc, "json"))
+    if args.plot:
+        chart.heatmap(doc, args.plot)
+        progress.say(f"chart: {args.plot}")
+    return EXIT_OK
+
+
+def main(argv=None, prog: str | None = None) -> int:
+    """Run the command line; returns the exit status."""
+    prog = prog or prog_name()
+    args = _parser(prog).parse_args(sys.argv[1:] if argv is None else argv)
+    progress = Progress()
+    with report_stdout() as out:
+        if args.command == "bench":
+            return _bench(args, progress, out)
+        return _check(args, progress, out, prog)

@@ -1,0 +1,345 @@
+"""Self-contained Python from the definitions the checker runs.
+
+A reproduction must run with the library alone, and it must be the code the
+checker ran, not a second text of it. :func:`bundle` writes that code: it
+takes the definitions a snippet calls (functions, classes, constants of
+``dlpack_ref``'s pure-Python modules), follows every name they use to its
+definition, and prints each needed definition once, as it stands in its
+module, with the standard-library imports they need. A constant whose value
+comes from the compiled core (a flag bit, a capsule name) is written as its
+value. A name that leads anywhere else (another package, the core's
+functions) is an error: such a definition cannot run without dlpack-ref, so
+it cannot be in a reproduction.
+
+Definitions keep their names, so two modules whose needed definitions share
+a name cannot be bundled together (:class:`BundleError` says which).
+Decorators named ``rule`` (the rule tables' registration) are left out.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import functools
+import importlib
+import sys
+import textwrap
+from typing import Iterable
+
+__all__ = ["BundleError", "bundle", "definition_source"]
+
+#: Decorators that only register a definition in a table of the checker.
+_REGISTRATIONS = frozenset({"rule"})
+_BUILTINS = frozenset(dir(builtins)) | {"__name__", "__file__", "__doc__"}
+_LITERALS = (int, float, complex, str, bytes, bool, type(None))
+
+
+class BundleError(Exception):
+    """A definition cannot be written out self-contained."""
+
+
+def _stdlib(module: str) -> bool:
+    return module.split(".")[0] in sys.stdlib_module_names or module == "__future__"
+
+
+def _bundled(module: str) -> bool:
+    """Modules whose definitions are copied: dlpack_ref's pure-Python ones."""
+    if module.split(".")[0] != "dlpack_ref":
+        return False
+    try:
+        origin = importlib.util.find_spec(module).origin or ""
+    except (ImportError, ValueError, AttributeError):
+        return False
+    return origin.endswith(".py")
+
+
+def _frozen(value) -> bool:
+    if isinstance(value, _LITERALS):
+        return True
+    if isinstance(value, (tuple, list, frozenset, set)):
+        return all(_frozen(v) for v in value)
+    if isinstance(value, dict):
+        return all(_frozen(k) and _frozen(v) for k, v in value.items())
+    return False
+
+
+def _bound_in(node: ast.AST) -> set[str]:
+    """Names a definition binds inside itself (arguments, assignments,
+    imports, nested definitions, comprehension targets)."""
+    bound = set()
+    for n in ast.walk(node):
+        if isinstance(n, ast.arg):
+            bound.add(n.arg)
+        elif isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del)):
+            bound.add(n.id)
+        elif isinstance(n, (ast.Import, ast.ImportFrom)):
+            bound |= {(a.asname or a.name).split(".")[0] for a in n.names}
+        elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and n is not node:
+            bound.add(n.name)
+        elif isinstance(n, ast.ExceptHandler) and n.name:
+            bound.add(n.name)
+    return bound
+
+
+def _used_in(node: ast.AST) -> set[str]:
+    """The global names a top-level statement reads (annotations left out:
+    the bundle starts with ``from __future__ import annotations``)."""
+    skip = set()
+    for d in getattr(node, "decorator_list", []):
+        if _registration(d):
+            skip |= {id(x) for x in ast.walk(d)}
+    for n in ast.walk(node):
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for a in n.args.posonlyargs + n.args.args + n.args.kwonlyargs + [n.args.vararg, n.args.kwarg]:
+                if a is not None and a.annotation is not None:
+                    skip |= {id(x) for x in ast.walk(a.annotation)}
+            if n.returns is not None:
+                skip |= {id(x) for x in ast.walk(n.returns)}
+        elif isinstance(n, ast.AnnAssign):
+            skip |= {id(x) for x in ast.walk(n.annotation)}
+    loads = {n.id for n in ast.walk(node)
+             if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and id(n) not in skip}
+    inner = _bound_in(node) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) else set()
+    if isinstance(node, ast.ClassDef):  # the class body's own names are not globals of its methods
+        inner |= {n.name for n in node.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    return loads - inner
+
+
+class _Module:
+    """One module's top-level definitions, by name."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.module = importlib.import_module(name)
+        spec = importlib.util.find_spec(name)
+        with open(spec.origin, encoding="utf-8") as f:
+            self.text = f.read()
+        self.tree = ast.parse(self.text)
+        self.package = name if spec.submodule_search_locations else name.rpartition(".")[0]
+        self.statements: dict[str, list[ast.stmt]] = {}   # name -> the statements that define it
+        self.order: dict[int, int] = {}                    # id(statement) -> position
+        self.imports: dict[str, tuple[str, str | None]] = {}  # local name -> (module, attribute or None)
+        for position, node in enumerate(self.tree.body):
+            self.order[id(node)] = position
+            if isinstance(node, ast.Import):
+                for a in node.names:
+                    local = a.asname or a.name.split(".")[0]
+                    self.imports[local] = (a.name if a.asname else a.name.split(".")[0], None)
+            elif isinstance(node, ast.ImportFrom):
+                source = self._absolute(node)
+                for a in node.names:
+                    self.imports[a.asname or a.name] = (source, a.name)
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                self.statements.setdefault(node.name, []).append(node)
+            elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                for name in {n for t in targets for n in _assigned(t)}:
+                    self.statements.setdefault(name, []).append(node)
+            elif isinstance(node, ast.Expr) and not isinstance(node.value, ast.Constant):
+                # a call at import time (os.register_at_fork(...)): kept with the first
+                # name of this module it uses
+                for n in ast.walk(node):
+                    if isinstance(n, ast.Name) and n.id in self.statements:
+                        self.statements[n.id].append(node)
+                        break
+
+    def _absolute(self, node: ast.ImportFrom) -> str:
+        if not node.level:
+            return node.module or ""
+        base = self.package
+        for _ in range(node.level - 1):
+            base = base.rpartition(".")[0]
+        return f"{base}.{node.module}" if node.module else base
+
+    def source(self, node: ast.stmt) -> str:
+        """The statement as written, with the comment lines right above it
+        and without registration decorators."""
+        lines = self.text.splitlines()
+        decorators = getattr(node, "decorator_list", [])
+        first = min([d.lineno for d in decorators] + [node.lineno]) - 1
+        comments = []
+        while first - len(comments) - 1 >= 0 and lines[first - len(comments) - 1].lstrip().startswith("#"):
+            comments.insert(0, lines[first - len(comments) - 1])
+        kept = ["@" + ast.get_source_segment(self.text, d) for d in decorators if not _registration(d)]
+        body = lines[node.lineno - 1:node.end_lineno]
+        for start, end, only in sorted(_docstrings(node), reverse=True):
+            first, last = start - node.lineno, end - node.lineno
+            indent = body[first][:len(body[first]) - len(body[first].lstrip())]
+            body[first:last + 1] = [indent + "pass"] if only else []
+        return textwrap.dedent("\n".join(comments + kept + body))
+
+
+def _docstrings(node: ast.AST) -> list[tuple[int, int, bool]]:
+    """(first line, last line, whether it is the whole body) of the
+    docstring of every function and class in ``node``: a reproduction
+    carries code, its reader has the rule's text."""
+    found = []
+    for n in ast.walk(node):
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and n.body:
+            first = n.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and \
+                    isinstance(first.value.value, str):
+                found.append((first.lineno, first.end_lineno, len(n.body) == 1))
+    return found
+
+
+def _assigned(target: ast.expr) -> list[str]:
+    """The names an assignment target defines: ``X`` and ``X, Y``; for
+    ``X.attr = ...`` or ``X[k] = ...``, X (a part of X's definition)."""
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return [n for element in target.elts for n in _assigned(element)]
+    while isinstance(target, (ast.Attribute, ast.Subscript, ast.Starred)):
+        target = target.value
+    return [target.id] if isinstance(target, ast.Name) else []
+
+
+def _registration(decorator: ast.expr) -> bool:
+    target = decorator.func if isinstance(decorator, ast.Call) else decorator
+    name = target.attr if isinstance(target, ast.Attribute) else getattr(target, "id", "")
+    return name in _REGISTRATIONS
+
+
+@functools.lru_cache(maxsize=None)
+def _module(name: str) -> _Module:
+    return _Module(name)
+
+
+class _Bundle:
+    def __init__(self):
+        self.needed: dict[tuple[str, str], None] = {}   # (module, name), in discovery order
+        self.frozen: dict[tuple[str, str], object] = {}
+        self.stdlib: set[str] = set()
+        self.owner: dict[str, str] = {}                 # name -> the module whose definition it is
+
+    def want(self, module: str, name: str, why: str) -> None:
+        if (module, name) in self.needed or (module, name) in self.frozen:
+            return
+        m = _module(module)
+        if name in m.imports:
+            self.follow(m, name, why)
+            return
+        if name not in m.statements:
+            raise BundleError(f"{why}: {name!r} is not defined in {module}")
+        owner = self.owner.setdefault(name, module)
+        if owner != module:
+            raise BundleError(f"{name!r} is defined in both {owner} and {module}, and both are needed")
+        statements = m.statements[name]
+        uses = set().union(*(_used_in(s) for s in statements)) - {name}
+        if all(isinstance(s, (ast.Assign, ast.AnnAssign)) for s in statements) and not self._resolvable(m, uses):
+            value = getattr(m.module, name)
+            if not _frozen(value):
+                raise BundleError(f"{module}.{name} is computed from code outside the bundle and is not a "
+                                  f"literal value ({type(value).__name__})")
+            self.frozen[(module, name)] = value
+            return
+        self.needed[(module, name)] = None
+        for used in sorted(uses):
+            self.resolve(m, used, f"{module}.{name}")
+
+    def _resolvable(self, m: _Module, names: Iterable[str]) -> bool:
+        for n in names:
+            if n in _BUILTINS or n in m.statements:
+                continue
+            source = m.imports.get(n)
+            if source is None:
+                return False
+            module, attribute = source
+            if _stdlib(module):
+                continue
+            if attribute is None or _is_module(f"{module}.{attribute}") or not _bundled(module):
+                return False
+        return True
+
+    def resolve(self, m: _Module, name: str, why: str) -> None:
+        if name in m.statements:
+            self.want(m.name, name, why)
+        elif name in m.imports:
+            self.follow(m, name, why)
+        elif name not in _BUILTINS:
+            raise BundleError(f"{why} uses {name!r}, which {m.name} neither defines nor imports")
+
+    def follow(self, m: _Module, local: str, why: str) -> None:
+        source, attribute = m.imports[local]
+        if _stdlib(source):
+            if source == "__future__":
+                return
+            if attribute is None:
+                self.stdlib.add(f"import {source}" if local == source else f"import {source} as {local}")
+            else:
+                alias = "" if local == attribute else f" as {local}"
+                self.stdlib.add(f"from {source} import {attribute}{alias}")
+            return
+        if attribute is not None and _bundled(source) and not _is_module(f"{source}.{attribute}"):
+            if local != attribute:
+                raise BundleError(f"{m.name} imports {attribute} as {local}: a bundled name keeps its name")
+            self.want(source, attribute, why)
+            return
+        raise BundleError(f"{why} uses {local!r} from {source}, which a reproduction cannot import")
+
+    def text(self, last: list[tuple[str, str]]) -> str:
+        """The bundle: the imports, the frozen constants, every needed
+        definition in module order, and the functions of ``last`` at the end
+        (they run only when called, so they may come after what they use)."""
+        modules = list(dict.fromkeys(module for module, _ in list(self.frozen) + list(self.needed)))
+        blocks = ["from __future__ import annotations", "\n".join(sorted(self.stdlib))]
+        blocks += [f"{name} = {value!r}" for (module, name), value in self.frozen.items()]
+        for module in _by_dependency(modules, self):
+            m = _module(module)
+            statements = {id(s): s for (mod, name) in self.needed if mod == module and (mod, name) not in last
+                          for s in m.statements[name]}
+            blocks += [m.source(node) for node in sorted(statements.values(), key=lambda s: m.order[id(s)])]
+        blocks.append(_LAST_HEADING)
+        blocks += [_module(module).source(s) for module, name in last for s in _module(module).statements[name]]
+        return "\n\n\n".join(b for b in blocks if b) + "\n"
+
+
+_LAST_HEADING = "# --- what the checker ran, as it ran: the rule's check and the library's adapter ---"
+
+
+def _is_module(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError, AttributeError):
+        return False
+
+
+def _by_dependency(modules: list[str], b: _Bundle) -> list[str]:
+    """Modules ordered so that one comes after those it imports definitions from."""
+    deps = {m: {b.owner.get(local) for local in _module(m).imports if b.owner.get(local) not in (None, m)}
+            for m in modules}
+    done: list[str] = []
+
+    def visit(m, stack=()):
+        if m in done or m in stack:
+            return
+        for d in sorted(x for x in deps.get(m, ()) if x in deps):
+            visit(d, stack + (m,))
+        done.append(m)
+
+    for m in modules:
+        visit(m)
+    return done
+
+
+def bundle(*definitions, last=()) -> str:
+    """The source of ``definitions`` (functions or classes of dlpack_ref's
+    pure-Python modules) and of everything they use, self-contained; the
+    functions in ``last`` (among ``definitions``) come at its end, under a
+    heading, where a reader looks first.
+
+    Raises
+    ------
+    BundleError
+        When a definition uses something that cannot be written out.
+    """
+    b = _Bundle()
+    last = [(d.__module__, d.__name__) for d in last]
+    for d in definitions:
+        b.want(d.__module__, d.__name__, f"{d.__module__}.{d.__name__}")
+    return b.text(last)
+
+
+def definition_source(definition) -> str:
+    """The source of one definition as :func:`bundle` writes it."""
+    m = _module(definition.__module__)
+    return "\n\n\n".join(m.source(s) for s in m.statements[definition.__name__])

@@ -1,0 +1,9 @@
+"""The known libraries, one file each: its adapter (how its arrays are made
+and read, what its ``from_dlpack`` is) as the code that runs and that a
+reproduction prints. Each file says which library it is
+(``KNOWN = Known(name, module=..., distribution=..., order=...)``) and
+defines ``subject()`` returning its ``(Producer | None, Consumer | None)``,
+and, for a library that makes CUDA arrays, ``cuda()`` returning its
+:class:`~dlpack_ref.harness.subject.CudaProducer`. Adding a library is
+adding a file here; the registry finds it. :mod:`.generic` serves any
+other module; the files whose names start with ``_`` are shared helpers."""

@@ -1,0 +1,28 @@
+"""Open3D: ``open3d.core.Tensor`` (made from NumPy arrays; no float16 or
+complex, no read-only tensors), views by indexing; its device type is a
+plain ``enum.Enum``; ``Tensor.from_dlpack`` (``device=`` takes only None)."""
+
+from __future__ import annotations
+
+from ..subject import Consumer, Producer
+from ._common import NUMPY_DTYPES, Known, made_from_numpy
+
+KNOWN = Known("open3d", module="open3d", distribution="open3d", order=16)
+
+
+def subject():
+    import open3d.core as o3c
+
+    def tolist(x):
+        return x.numpy().tolist()
+
+    def views():
+        import numpy as np
+        x = o3c.Tensor(np.arange(6.0))
+        return {"offset x[1:]": x[1:], "reversed x[::-1]": x[::-1], "strided x[::2]": x[::2],
+                "transposed m.T()": x.reshape((2, 3)).T()}
+
+    producer = Producer("open3d", made_from_numpy(o3c.Tensor, "open3d", NUMPY_DTYPES), tolist=tolist, views=views,
+                        unexportable=lambda: {})
+    consumer = Consumer("open3d", o3c.Tensor.from_dlpack, tolist=tolist, spec="open3d")
+    return producer, consumer

@@ -1,0 +1,21 @@
+"""Apache TVM FFI: ``tvm_ffi.Tensor`` (made from NumPy arrays through its
+own ``from_dlpack``, no read-only tensors, no views of its own)."""
+
+from __future__ import annotations
+
+from ..subject import Consumer, Producer
+from ._common import Known, made_from_numpy
+
+KNOWN = Known("tvm_ffi", module="tvm_ffi", distribution="apache-tvm-ffi", order=6)
+
+
+def subject():
+    import numpy as np
+    import tvm_ffi
+
+    def tolist(x):
+        return np.from_dlpack(x).tolist()
+
+    producer = Producer("tvm_ffi", made_from_numpy(tvm_ffi.from_dlpack, "tvm_ffi"), tolist=tolist, views=lambda: {})
+    consumer = Consumer("tvm_ffi", tvm_ffi.from_dlpack, tolist=tolist, spec="tvm_ffi")
+    return producer, consumer
