@@ -20,6 +20,14 @@ from .rules.support import outcome, show
 
 __all__ = ["reproduction", "library_call"]
 
+#: The capsule factory's statement that installs its deleter and capsule
+#: destructor (dlpack_ref.testing.factory). The core keeps one such hook per
+#: process, and a library whose import loads dlpack_ref.testing (a factory
+#: hook's does, through dlpack_ref.conformance) installs that module's over
+#: the one of the factory the reproduction carries, whose deleters would
+#: then go uncounted: run again once the library is bound, it takes it back.
+_FACTORY_HOOK = "_DELETER_ADDRESS, _CAPSULE_DESTRUCTOR_ADDRESS = _trampolines(_dispatch)"
+
 
 def library_call(spec: str, adapter: str) -> tuple[list, str]:
     """(the functions that build the library's subject, the source of the
@@ -65,5 +73,8 @@ def reproduction(spec: str, result: Result, adapter: str = "known") -> str | Non
             "# verdict with that library alone (the rule's own check and the library's adapter, as they ran).",
             "# It prints 'expected:' and 'observed:' and exits 1 where the rule is broken, crashes where the",
             "# library crashed the checker, prints 'ok:' and exits 0 where the rule holds."]
-    return ("\n".join(head) + "\n" + bundle(entry.check, outcome, show, *builders, last=[entry.check, *builders])
-            + f"\n\nRULE = {result.rule.text!r}\n{binding}show(RULE, outcome({entry.check.__name__}, {side}))\n")
+    source = bundle(entry.check, outcome, show, *builders, last=[entry.check, *builders])
+    retake = ("# the library's import may have taken the capsule factory's deleter hook: take it back\n"
+              f"{_FACTORY_HOOK}\n") if f"\n{_FACTORY_HOOK}\n" in source else ""
+    call = f"show(RULE, outcome({entry.check.__name__}, {side}))\n"
+    return "\n".join(head) + "\n" + source + f"\n\nRULE = {result.rule.text!r}\n{binding}{retake}{call}"
