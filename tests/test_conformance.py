@@ -239,3 +239,29 @@ def test_a_table_failing_with_a_tensor_handed_out_fails_the_check_and_frees_it_o
     assert r.status is Status.FAIL, r
     gc.collect()
     assert factory.deleter_calls == 1
+
+
+def test_a_consumer_that_reads_lanes_as_a_vector_type_passes_dtype_lanes():
+    from dlpack_ref.testing import CapsuleFactory, Consumed
+
+    class Vectors:
+        """A result that keeps the tensor's 4 lanes: its own export says so."""
+
+        def __init__(self):
+            self._factory = CapsuleFactory()
+
+        def __dlpack__(self, **kwargs):
+            return self._factory.make(shape=(2,), dtype=(2, 32, 4), versioned="max_version" in kwargs)
+
+        def __dlpack_device__(self):
+            return (1, 0)
+
+    def reads_vectors(x, **kwargs):
+        taken = Consumed(x.__dlpack__(max_version=(1, 3)))
+        if taken.info["dtype"] != (2, 32, 4):
+            raise BufferError("only float32x4 here")
+        taken.release()
+        return Vectors()
+
+    [r] = conf.check(from_dlpack=reads_vectors, name="vectors", only=["consumer.dtype_lanes"])
+    assert (r.status, r.detail) == (Status.PASS, "read as a vector type (its result exports lanes 4)")
