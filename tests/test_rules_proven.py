@@ -1,4 +1,4 @@
-"""Every rule proven to fail (issue 30, item 7). dlpack-ref passes each
+"""Every rule proven to fail. dlpack-ref passes each
 rule; beside it, a subject made to break exactly that rule
 (tests/support/breakers.py) fails it and passes, or is not supported by,
 every other rule of its side; and the failure's reproduction, run in a
