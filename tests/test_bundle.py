@@ -1,0 +1,58 @@
+"""The writer of reproductions (dlpack_ref.harness.bundle): what it writes
+runs on its own, without dlpack-ref (an interpreter without site-packages),
+carries each definition once as it stands in its module, the core's
+constants as their values, and refuses, naming it, what cannot run alone."""
+
+import subprocess
+import sys
+
+import pytest
+
+from dlpack_ref.harness import registry
+from dlpack_ref.harness.bundle import BundleError, bundle, definition_source
+from dlpack_ref.testing import factory, reader
+
+READS_ITS_OWN_CAPSULE = """
+f = CapsuleFactory()
+cap = f.make(shape=(2, 2), dtype=(2, 64, 1), fill=struct.pack("<4d", 1.5, 2.5, 3.5, 4.5))
+print(read_values(cap), read_capsule(cap)["name"])
+del cap
+import gc
+gc.collect()
+print(f.deleter_calls)
+try:
+    import dlpack_ref
+    print("dlpack_ref importable")
+except ImportError:
+    print("no dlpack_ref")
+"""
+
+
+def test_a_bundle_runs_without_dlpack_ref():
+    source = bundle(factory.CapsuleFactory, reader.read_values, reader.read_capsule) + "import struct\n" + \
+        READS_ITS_OWN_CAPSULE
+    run = subprocess.run([sys.executable, "-S", "-c", source], capture_output=True, text=True, timeout=60,
+                         cwd="/")
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.splitlines() == ["[[1.5, 2.5], [3.5, 4.5]] b'dltensor_versioned'", "1", "no dlpack_ref"]
+
+
+def test_each_definition_once_as_written_and_the_core_constants_as_values():
+    source = bundle(reader.read_capsule, reader.read_values)
+    assert definition_source(reader.read_capsule) in source
+    assert source.count("def capsule_name(") == 1
+    assert "NAME_VERSIONED = b'dltensor_versioned'" in source and "_core" not in source
+    assert '"""' not in source  # docstrings are the rule's text's business, not the code's
+
+
+def test_what_cannot_run_alone_is_refused_by_name():
+    # the registry finds the library files by importing a package: no reproduction can
+    with pytest.raises(BundleError, match=r"dlpack_ref\.harness\.registry\._library_files uses 'libraries' from "
+                                          r"dlpack_ref\.harness, which a reproduction cannot import"):
+        bundle(registry.subject)
+
+
+def test_a_rule_is_written_without_its_registration():
+    from dlpack_ref.conformance.rules import RULES
+    source = bundle(RULES["producer.size_zero"].check)
+    assert "@rule" not in source and "def size_zero(p) -> str:" in source
