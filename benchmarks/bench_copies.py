@@ -231,26 +231,51 @@ def peak_memory() -> list:
 
 
 def save_chart(rows, path) -> bool:
-    """Draw the ratios to `path`; False when matplotlib is missing (and an
-    earlier run's chart at `path` is then removed)."""
+    """Draw the ratios to `path` at the documentation page's width
+    (dlpack_ref.bench.chart: PAGE_WIDTH, DPI, FONT), each bar with its ratio
+    and its two times in plain units on the right; False when matplotlib is
+    missing (and an earlier run's chart at `path` is then removed)."""
     plt = pyplot_or_remove(path)
     if plt is None:
         return False
-    fig, ax = plt.subplots(figsize=(9, 0.32 * len(rows) + 1.2))
-    names = [r["case"] for r in rows]
-    ratios = [r["ratio"] for r in rows]
-    colors = ["tab:green" if r["pass"] else "tab:red" for r in rows]
-    ax.barh(range(len(rows)), ratios, color=colors)
-    for i, r in enumerate(rows):
-        ax.plot([r["limit"], r["limit"]], [i - 0.4, i + 0.4], color="black", lw=1)
-    ax.set_yticks(range(len(rows)), names, fontsize=7)
-    ax.invert_yaxis()
-    ax.set_xscale("log")
-    ax.set_xlabel("dlpack_ref time / best reference time (log; black tick: target)")
-    ax.set_title("copies and conversions, interleaved, min over rounds")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullLocator
+
+    from dlpack_ref.bench.chart import DPI, FONT, PAGE_WIDTH, format_ns
+
+    with plt.rc_context({"font.size": FONT}):
+        fig, ax = plt.subplots(figsize=(PAGE_WIDTH, 0.32 * len(rows) + 1.4), layout="constrained")
+        ratios = [r["ratio"] for r in rows]
+        colors = ["tab:green" if r["pass"] else "tab:red" for r in rows]
+        ax.barh(range(len(rows)), ratios, color=colors, height=0.7)
+        for i, r in enumerate(rows):
+            ax.plot([r["limit"], r["limit"]], [i - 0.45, i + 0.45], color="black", lw=1.2)
+        ax.set_yticks(range(len(rows)), [r["case"] for r in rows], fontsize=FONT - 2)
+        ax.invert_yaxis()
+        ax.set_ylim(len(rows) - 0.5, -0.5)
+        ax.set_xscale("log")
+        # The ratio in plain numbers ("0.5x", "1x", "2x"), not powers of ten.
+        ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        ax.xaxis.set_minor_locator(NullLocator())
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _pos: f"{value:g}x"))
+        low, high = min(ratios + [1.0]), max(ratios + [r["limit"] for r in rows])
+        ax.set_xlim(low / 1.5, high * 1.5)
+        ax.grid(axis="x", color="0.85", lw=0.8)
+        ax.set_axisbelow(True)
+        ax.set_xlabel("dlpack_ref time / best reference time (log scale; black tick: target)")
+        ax.set_title("copies and conversions, interleaved, min over rounds", fontsize=FONT)
+        # On the right, each case's ratio and its two times in plain units.
+        times = []
+        for r in rows:
+            ours, ref = r["ns"].get("dlpack_ref"), r["ns"].get(r["reference"])
+            label = f"{r['ratio']:.2f}x"
+            if ours is not None and ref is not None:
+                label += f"  {format_ns(ours)} vs {r['reference']} {format_ns(ref)}"
+            times.append(label)
+        right = ax.secondary_yaxis("right")
+        right.set_yticks(range(len(rows)), times, fontsize=FONT - 2)
+        right.tick_params(length=0)
+        fig.savefig(path, dpi=DPI)
+        plt.close(fig)
     return True
 
 

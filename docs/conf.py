@@ -27,5 +27,22 @@ napoleon_numpy_docstring = True
 autodoc_member_order = "bysource"
 autodoc_default_options = {"members": True, "show-inheritance": True}
 
-html_theme = "alabaster"
+# The theme of NumPy's, SciPy's and pandas' sites (the `docs` extra). Every
+# page must fit a 1280 px laptop window: the site's pages in the left
+# column (the current page's sections under it) instead of a header bar and
+# a right-hand column, so that the content column is about 1000 px wide;
+# _static/dlpack-ref.css fits the wide tables and code to it.
+# tools/check_docs_render.py renders the pages in headless Chromium and
+# fails on anything that spills out, scrolls sideways or is shrunk.
+html_theme = "pydata_sphinx_theme"
 html_title = f"dlpack-ref {release}"
+html_static_path = ["_static"]
+html_css_files = ["dlpack-ref.css"]
+html_theme_options = {
+    "navbar_center": [],
+    "secondary_sidebar_items": [],
+    "globaltoc_maxdepth": 2,
+    "globaltoc_collapse": True,
+    "globaltoc_includehidden": True,
+}
+html_sidebars = {"**": ["globaltoc.html"]}

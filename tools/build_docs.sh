@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
-# Build the documentation site (Sphinx + MyST, docs/conf.py) with every
-# warning an error.
+# Build the documentation site (Sphinx + MyST on pydata-sphinx-theme,
+# docs/conf.py, docs/_static/) with every warning an error.
 #
 #   tools/build_docs.sh [OUTDIR]      # default: build/docs/html
+#
+# Then `python tools/check_docs_render.py --site OUTDIR` checks that every
+# page fits a 1280 px window in headless Chromium (CI runs both:
+# .ci/lanes/build_checks.sh).
 #
 # Installs the `docs` extra's requirements (pyproject.toml) into the current
 # environment from PyPI. The API reference is autodoc of the installed

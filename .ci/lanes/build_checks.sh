@@ -53,4 +53,18 @@ done
 
 echo "== documentation site =="
 bash tools/build_docs.sh "$CI_LANE_DIR/docs"
-echo "build checks ok: strict flags (gcc, clang, GCC 16), wheels cp311-cp315 + cp313t, docs"
+# Every page rendered at 1280 px in headless Chromium, in DejaVu fonts
+# (Debian's packages; the check drives the browser over the DevTools pipe
+# with the standard library alone): fails on a table or code block that
+# spills out or scrolls sideways, and on a chart that did not load or is
+# shrunk illegible. Then the check's own tests.
+# (Another lane may hold dpkg's lock for a while: wait for it.)
+if ! dpkg -s chromium-headless-shell fonts-dejavu-core >/dev/null 2>&1; then
+    DEBIAN_FRONTEND=noninteractive apt-get -q -o DPkg::Lock::Timeout=600 update >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get -q -o DPkg::Lock::Timeout=600 install -y --no-install-recommends \
+        chromium-headless-shell fonts-dejavu-core >/dev/null
+fi
+python tools/check_docs_render.py --site "$CI_LANE_DIR/docs" --all
+pip install --quiet pytest
+run_pytest "the render check" tests/test_docs_render.py
+echo "build checks ok: strict flags (gcc, clang, GCC 16), wheels cp311-cp315 + cp313t, docs (rendered at 1280 px)"
