@@ -132,6 +132,15 @@ cdef Array _describe_checked(Array a):
 
 # --- from_dlpack -----------------------------------------------------------
 
+cdef Array _as_array(object obj):
+    """A zero-copy Array of a DLPack or buffer-protocol object."""
+    if isinstance(obj, Array):
+        return obj
+    if hasattr(obj, "__dlpack__"):
+        return _import_plain(obj)
+    return _from_buffer(obj)
+
+
 cdef object _call_dlpack_versioned(object x):
     """x.__dlpack__(max_version=(1, 3)) through vectorcall (no kwargs dict)."""
     cdef PyObject* args[2]

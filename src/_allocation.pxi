@@ -1,0 +1,100 @@
+# Allocation: new C-contiguous Arrays, on the host (256-byte aligned, from
+# the kernels' dlref_aligned_alloc) or on a device of the CUDA family
+# (through dlpack_ref's CUDA layer); empty().
+
+
+cdef Array _empty(tuple shape, DLDataType dt, DLDevice device, bint padded_subbyte=True):
+    """A new C-contiguous Array; host memory is 256-byte aligned."""
+    cdef int32_t nd = len(shape)
+    if nd > DLPACK_REF_MAX_NDIM:
+        raise ValueError(f"ndim={nd} exceeds the maximum of {DLPACK_REF_MAX_NDIM}")
+    cdef int64_t dims[DLPACK_REF_MAX_NDIM]
+    cdef int i
+    for i in range(nd):
+        if not -INT64_MAX <= shape[i] <= INT64_MAX:
+            raise ValueError(f"dimension {shape[i]} in shape {shape!r} does not fit int64")
+        dims[i] = shape[i]
+    return _empty_dims(dims, nd, dt, device, padded_subbyte)
+
+
+cdef Array _empty_dims(const int64_t* dims, int32_t nd, DLDataType dt, DLDevice device, bint padded_subbyte=True,
+                       tuple copy_from=None):
+    """_empty of a shape given as a C array (no tuple made: copies of
+    existing Arrays call this). ``copy_from``: (device type, device id,
+    stream) of the source when the memory is the destination of a device
+    copy issued next (dlpack_ref.cuda allocates it in that copy's stream
+    order)."""
+    dlpack_check_dtype(dt)
+    cdef Array a = _new_array(nd)
+    cdef int i
+    for i in range(nd):
+        a._shape[i] = dims[i]
+    # The documented rule: the product of the extents fits int64 (an empty
+    # shape's product is 0, whatever its other extents).
+    cdef int64_t n = dlpack_ref_element_count(a._shape, nd)
+    if n == -1:
+        raise ValueError(f"negative dimension {min([dims[j] for j in range(nd)])} in shape "
+                         f"{tuple([dims[j] for j in range(nd)])!r}")
+    if n == -2:
+        raise ValueError(f"shape {tuple([dims[j] for j in range(nd)])!r} has more elements than fit in int64")
+    _set_c_strides(a)
+    a._dtype = dt
+    a._device = device
+    if padded_subbyte and dt.bits * dt.lanes < 8:
+        a._flags = DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED
+    cdef int64_t bits = dlpack_ref_storage_bits(dt, a._flags)
+    if n > (INT64_MAX - 7) // bits:
+        raise ValueError(f"shape {tuple([dims[j] for j in range(nd)])!r} needs more than 2**63 bytes")
+    cdef size_t nbytes = <size_t>dlpack_ref_nbytes(n, bits)
+    if device.device_type == kDLCPU:
+        a._host_alloc = dlref_aligned_alloc(nbytes)
+        if a._host_alloc == NULL:
+            raise MemoryError(f"cannot allocate {nbytes} bytes for an Array of shape {tuple([dims[j] for j in range(nd)])!r}")
+        a._data = <char*>a._host_alloc
+    elif dlpack_ref_device_supported(device.device_type):
+        owner = _cuda().allocate(_device_object(device), nbytes, copy_from)
+        a._base = owner
+        a._work = owner.work
+        a._data = <char*><uintptr_t>owner.ptr
+    else:
+        raise BufferError(
+            f"dlpack-ref cannot allocate memory on {_device_object(device)}; supported: cpu, cuda, "
+            "cuda_managed, cpu_pinned")
+    return a
+
+
+def empty(shape, *, dtype=None, device=None):
+    """An uninitialized C-contiguous Array (host memory 256-byte aligned).
+    ``dtype`` defaults to float64, ``device`` to the CPU."""
+    return _empty_of(shape, dtype, device)
+
+
+cdef Array _empty_of(object shape, object dtype, object device):
+    """empty(shape, dtype=dtype, device=device), for the core's own callers."""
+    cdef DLDevice dev
+    cdef DLDataType dt
+    if device is None:
+        dev.device_type = kDLCPU
+        dev.device_id = 0
+    else:
+        dev = _parse_device(device)
+    if dtype is None:
+        dt.code = kDLFloat
+        dt.bits = 64
+        dt.lanes = 1
+    else:
+        dt = _dldtype(dtype)
+    return _empty(_shape_tuple(shape), dt, dev)
+
+
+cdef tuple _shape_tuple(object shape):
+    if isinstance(shape, int) and not isinstance(shape, bool):
+        return (shape,)
+    try:
+        t = tuple(shape)
+    except TypeError:
+        raise TypeError(f"shape must be an int or a sequence of ints, not {type(shape).__name__}") from None
+    for s in t:
+        if isinstance(s, bool) or not isinstance(s, int):
+            raise TypeError(f"shape entries must be ints, got {s!r} in {shape!r}")
+    return t
