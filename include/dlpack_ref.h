@@ -24,15 +24,22 @@
  * exception set, and needs the GIL (or, free-threaded, an attached thread
  * state); deleters and capsule destructors need neither.
  *
- * Contents:
+ * Contents, in order:
  *   - the capsule names and limits of the Python protocol
+ *   - small helpers (private)
  *   - sizes: storage bits, bytes, element count, byte span
  *   - the checks, one rule each: dlpack_check_*
  *   - export: the one allocation block, its deleters, capsule destructors
  *   - import: claiming a capsule, adopting and releasing a managed tensor,
- *     the exchange table of a type, importing any producer
- *   - dlpack_ref.Array, through its exchange table (only these two need
- *     dlpack-ref installed)
+ *     the exchange table of a type, importing any capsule
+ *   - fast calls: interned names, memoized method and table lookups
+ *   - calls into another library's exchange table
+ *   - devices and arguments of the producer protocol (the stream rule)
+ *   - the producer protocol: __dlpack__ and __dlpack_device__
+ *   - the exchange-table builder: __dlpack_c_exchange_api__ of an adopter's type
+ *   - the consumer protocol: from_dlpack(x, /, *, device=None, copy=None)
+ *   - dlpack_ref.Array, through its exchange table (only these two calls
+ *     need dlpack-ref installed)
  */
 #ifndef DLPACK_REF_H
 #define DLPACK_REF_H

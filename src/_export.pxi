@@ -110,16 +110,6 @@ cdef DLManagedTensorVersioned* _versioned_block(Array a, uint64_t flags) except 
     return dlpack_ref_api_versioned_block(&t, <PyObject*>a, flags)
 
 
-cdef object _export_versioned(Array a, uint64_t flags):
-    return dlpack_ref_api_wrap_versioned(_versioned_block(a, flags))
-
-
-cdef object _export_legacy(Array a):
-    cdef DLTensor t
-    _borrow_dltensor(a, &t)
-    return dlpack_ref_api_new_legacy(&t, <PyObject*>a)
-
-
 def _stream_handle(stream):
     """The driver handle a DLPack ``stream`` value names for CUDA-family
     memory: the header's one stream rule (dlpack_ref_stream_value), for the

@@ -31,6 +31,8 @@ _refuse_subinterpreters()
 
 import os as _os  # noqa: E402
 
+from . import _dlpack_ref as _core  # noqa: E402
+
 from ._dlpack_ref import (  # noqa: E402
     CAPSULE_NAMES,
     DLPACK_VERSION,
@@ -64,10 +66,14 @@ globals().update(DTYPES)
 
 
 def get_include() -> str:
-    """Folder holding ``dlpack.h`` and the Cython declarations ``dlpack.pxd``
-    (shipped in the wheel), for C and Cython code that builds against them."""
-    here = _os.path.join(_os.path.dirname(__file__), "include")
-    return here
+    """Folder holding the files a C, C++ or Cython library builds against or
+    vendors (shipped in the wheel): ``dlpack.h`` (the DLPack 1.3 ABI),
+    ``dlpack_ref.h`` (the vendorable protocol) with ``dlpack_ref_tables.h``
+    (its generated dtype and device tables), and the Cython declarations of
+    both headers, ``dlpack.pxd`` and ``dlpack_ref_api.pxd``."""
+    # Beside the compiled core, where the build installs them (an editable
+    # install keeps this file in the source tree, the build's files elsewhere).
+    return _os.path.join(_os.path.dirname(_core.__file__), "include")
 
 
 __all__ = [
