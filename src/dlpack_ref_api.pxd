@@ -81,6 +81,10 @@ cdef extern from "dlpack_ref.h":
 
     # export: the one allocation, its deleters and capsule destructors
     int dlpack_ref_api_is_finalizing() noexcept nogil
+    # drop the owner and free the block of an export, from any thread
+    void dlpack_ref_api_release_block(PyObject* owner, void* block) noexcept nogil
+    # t's metadata into `into`, shape and strides into `storage` (2 * ndim)
+    void dlpack_ref_api_fill(DLTensor* into, const DLTensor* t, int64_t* storage) noexcept nogil
     DLManagedTensorVersioned* dlpack_ref_api_versioned_block(const DLTensor* t, PyObject* owner,
                                                              uint64_t flags) except NULL
     object dlpack_ref_api_new_versioned(const DLTensor* t, PyObject* owner, uint64_t flags)
@@ -110,20 +114,33 @@ cdef extern from "dlpack_ref.h":
     const DLPackExchangeAPI* dlpack_ref_exchange_api_ref(object tp, PyObject** owner) except? NULL
     const DLPackExchangeAPI* dlpack_ref_exchange_api(object tp) except? NULL
 
-    # fast calls: memoized per-type lookups (GIL builds of CPython 3.11 to
-    # 3.15; a fresh lookup elsewhere). A memo is a zero-initialized static.
+    # fast calls: the protocol's names, interned once (borrowed references)
+    ctypedef struct dlpack_ref_names:
+        PyObject* dlpack
+        PyObject* dlpack_device
+        PyObject* exchange_api
+        PyObject* stream
+        PyObject* max_version
+        PyObject* dl_device
+        PyObject* copy
+        PyObject* device
+        PyObject* version
+        PyObject* kw_max_version
+    const dlpack_ref_names* dlpack_ref_protocol_names() except NULL
+    # memoized per-type lookups (GIL builds of CPython 3.11 to 3.15; a fresh
+    # lookup elsewhere). A memo is a zero-initialized static.
     ctypedef struct dlpack_ref_method_memo:
         pass
     ctypedef struct dlpack_ref_api_memo:
         pass
     # x.name(*args[1:nargs], **kwnames) for x = args[0], by vectorcall. kwnames
     # is a PyObject* so that "no keywords" is NULL (Cython would pass None).
-    object dlpack_ref_call_method(dlpack_ref_method_memo* memo, object name, PyObject** args, size_t nargs,
+    object dlpack_ref_call_method(dlpack_ref_method_memo* memo, object name, PyObject* const* args, size_t nargs,
                                   PyObject* kwnames)
     # The same call with its failure left pending (NULL, the error set), for
     # hot paths that enter no try block.
     PyObject* dlpack_ref_call_method_or_null "dlpack_ref_call_method"(
-        dlpack_ref_method_memo* memo, object name, PyObject** args, size_t nargs, PyObject* kwnames)
+        dlpack_ref_method_memo* memo, object name, PyObject* const* args, size_t nargs, PyObject* kwnames)
     bint dlpack_ref_device_answer_is(object answer, DLDevice device)
     const DLPackExchangeAPI* dlpack_ref_exchange_api_memo_ref(dlpack_ref_api_memo* memo, PyTypeObject* tp,
                                                              PyObject** owner) except? NULL
@@ -180,6 +197,8 @@ cdef extern from "dlpack_ref.h":
     object dlpack_ref_producer_export(const dlpack_ref_producer* p, object stream, object max_version,
                                       object dl_device, object copy)
     object dlpack_ref_producer_dlpack(const dlpack_ref_producer* p, object args, object kwargs)
+    object dlpack_ref_producer_dlpack_fast(const dlpack_ref_producer* p, PyObject* const* args, Py_ssize_t nargs,
+                                           PyObject* kwnames)
     PyObject* dlpack_ref_device_enum() except NULL
     object dlpack_ref_dlpack_device(DLDevice device)
 
@@ -216,6 +235,9 @@ cdef extern from "dlpack_ref.h":
     # onto *target (stream: the consumer's stream, or None)
     int dlpack_ref_consumer_take(object x, object device, object copy, object stream, DLPackRefTensor* out,
                                  DLDevice* target, int* must_copy) except -1
+    # from_dlpack's arguments for METH_FASTCALL | METH_KEYWORDS (borrowed)
+    int dlpack_ref_consumer_args(PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames, PyObject** x,
+                                 PyObject** device, PyObject** copy) except -1
     # its pieces, for a consumer with its own fast paths and stream layer:
     # the plain request (1 through the table, 0 through __dlpack__), the
     # announced device of any other, the __dlpack__ call with its retries,
@@ -223,6 +245,8 @@ cdef extern from "dlpack_ref.h":
     # a refusal leaves the tensor to its holder)
     int dlpack_ref_consumer_plain(object x, const DLPackExchangeAPI* api, DLPackRefTensor* out) except -1
     int dlpack_ref_consumer_source(object x, DLDevice* source) except -1
+    # x.__dlpack_device__(), checked
+    int dlpack_ref_announced_device(object x, DLDevice* out) except -1
     # the same, with an unusable __dlpack_device__ answer replaced by the
     # plain request's tensor (through api, the type's table, looked up
     # beforehand, else __dlpack__): 1 when it was taken through __dlpack__,
