@@ -74,7 +74,9 @@ def test_core_builds_and_runs_against_upstream_header(tmp_path):
         "print('ok')\n"
     )
     env = dict(os.environ, PYTHONPATH=str(tmp_path))
-    run = subprocess.run([sys.executable, "-c", probe, str(tmp_path)], capture_output=True, text=True,
+    # -S: no site-packages, so no installed dlpack_ref (an editable install's
+    # finder included) comes before the one built here; it needs nothing else.
+    run = subprocess.run([sys.executable, "-S", "-c", probe, str(tmp_path)], capture_output=True, text=True,
                          env=env, cwd=tmp_path)
     assert run.returncode == 0, run.stderr[-4000:]
     assert run.stdout.strip() == "ok"
