@@ -41,7 +41,7 @@ cdef class Array:
     cdef bint _managed_versioned
     # Host memory allocated here (256-byte aligned), freed in __dealloc__.
     cdef void* _host_alloc
-    # CUDA-family memory: the record of its pending work (dlpack_ref.cuda's
+    # CUDA-family memory: the record of its pending work (dlpack_ref._cuda_streams'
     # PendingWork), one object shared by the Array owning the memory and all
     # its views; None until needed (see _work_of).
     cdef object _work
@@ -260,7 +260,7 @@ cdef class Array:
         if target.device_type == self._device.device_type and (
                 target.device_id == self._device.device_id or target.device_type == kDLCPU):
             return self
-        return _copy_to(self, target, stream)
+        return _copy_to(self, target, _checked_stream_arg(stream))
 
     def tolist(self):
         """Nested Python lists of Python scalars (a scalar for 0-d)."""

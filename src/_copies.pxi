@@ -11,12 +11,13 @@ cdef enum:
 
 cdef Array _copy_to(Array src, DLDevice target, object stream):
     """A C-contiguous copy of src on target; device transfers go through
-    dlpack_ref.cuda, ordered on `stream`."""
+    the CUDA layer, ordered on `stream` (checked where it entered: None or a
+    handle)."""
     cdef DLDevice memory = target
     cdef tuple copy_from = None
     if target.device_type == kDLCPU and src._device.device_type != kDLCPU and (
             not dlpack_ref_device_host_accessible(src._device.device_type)
-            or (stream is not None and not (type(stream) is int and stream == -1))):
+            or (stream is not None and stream != -1)):
         # A copy of device memory to the host lands in page-locked memory:
         # it runs at pinned bandwidth (a copy into pageable memory is staged
         # by the driver) and, on a stream, does not block (one into pageable

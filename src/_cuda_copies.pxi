@@ -28,7 +28,7 @@ cdef int _host_wait(Array a) except -1:
 
 
 cdef tuple _block(Array a, int64_t itemsize):
-    """The description of a's memory that dlpack_ref.cuda copies from/to
+    """The description of a's memory that the CUDA layer copies from/to
     (CPU Arrays on pinned memory, from a copy to the host on a stream, keep
     the record of that memory, so its free waits for the copy)."""
     return (<uintptr_t>a._data, a._device.device_type, a._device.device_id,
@@ -37,7 +37,7 @@ cdef tuple _block(Array a, int64_t itemsize):
 
 
 cdef int _device_copy(Array dst, Array src, object stream) except -1:
-    """Copy src into dst (same shape) through dlpack_ref.cuda."""
+    """Copy src into dst (same shape) through the CUDA layer."""
     cdef int64_t bits = dlpack_ref_storage_bits(src._dtype, src._flags)
     cdef int64_t itemsize = bits // 8 if bits >= 8 else 0
     if itemsize and src._device.device_type == kDLCPU and dst._device.device_type != kDLCPU \

@@ -6,25 +6,37 @@
 dlpack_ref_set_copy_forbidden_error(CopyForbiddenError)
 
 
+cdef inline object _checked_stream(PyObject* stream, int64_t value):
+    """What the CUDA layer receives for a `stream` the producer call checked
+    (dlpack_ref._streams): None when none was given, else the handle
+    (`value`, the header's int64, which keeps a handle above 2**63 as its 64
+    bits; -1 is NO_SYNC)."""
+    if <object>stream is None:
+        return None
+    return value if value >= -1 else value + 2**64
+
+
 cdef int _order_for_consumer(void* ctx, const DLTensor* t, PyObject* stream, int64_t value) except -1:
     """The producer call's stream-order callback: the consumer's stream
-    waits for the Array's pending work (none: nothing to order)."""
+    (as the header checked it) waits for the Array's pending work (none:
+    nothing to order)."""
     cdef Array a = <Array>ctx
     if not _work_of(a).idle:
-        _cuda().export_sync(_work_of(a), a._device.device_type, a._device.device_id, <object>stream)
+        _cuda().export_sync(_work_of(a), a._device.device_type, a._device.device_id, _checked_stream(stream, value))
     return 0
 
 
 cdef int _copy_for_consumer(void* ctx, const DLTensor* src, DLDevice target, PyObject* stream, int64_t value,
                             DLTensor* out, PyObject** out_owner) except -1:
     """The producer call's copy callback: a copy on target, ordered on the
-    consumer's stream as passed."""
-    cdef Array c = _copy_to(<Array>ctx, target, <object>stream)
+    consumer's stream (as the header checked it)."""
+    stream_arg = _checked_stream(stream, value)
+    cdef Array c = _copy_to(<Array>ctx, target, stream_arg)
     if dlpack_ref_device_cuda_family(c._device.device_type):
         # The copy ran on a stream of the source's device; the consumer's
         # stream is one of the target's (another GPU, or the host for
         # managed memory with stream=None).
-        _cuda().export_copy(_work_of(c), c._device.device_type, c._device.device_id, <object>stream)
+        _cuda().export_copy(_work_of(c), c._device.device_type, c._device.device_id, stream_arg)
     _borrow_dltensor(c, out)
     Py_INCREF(c)
     out_owner[0] = <PyObject*>c
@@ -112,8 +124,9 @@ cdef DLManagedTensorVersioned* _versioned_block(Array a, uint64_t flags) except 
 
 def _stream_handle(stream):
     """The driver handle a DLPack ``stream`` value names for CUDA-family
-    memory: the header's one stream rule (dlpack_ref_stream_value), for the
-    core's CUDA layer, which is Python (dlpack_ref._streams.stream_handle)."""
+    memory, by the header's one stream rule (dlpack_ref_stream_value): 1 for
+    None, -1 as is, else 1, 2 or a handle > 2. For the Python entries that
+    take a stream (dlpack_ref.cuda.stream)."""
     cdef int64_t value
     cdef DLDevice cuda
     cuda.device_type = kDLCUDA
@@ -124,5 +137,7 @@ def _stream_handle(stream):
     return value if value >= -1 else value + 2**64
 
 
-from dlpack_ref import _streams
-_streams.set_rule(_stream_handle)
+cdef object _checked_stream_arg(object stream):
+    """A `stream` argument of the core's own (to_device) as the CUDA layer
+    receives it: None as is, anything else checked by the header's rule."""
+    return None if stream is None else _stream_handle(stream)

@@ -35,10 +35,9 @@ cdef extern from *:
 
 
 def _stream_context_entered(int delta):
+    """dlpack_ref.cuda.stream tells the core +1 and -1 as its contexts are
+    entered and left (the import's fast path while none is open)."""
     _stream_contexts_add(delta)
-
-
-_cuda_streams.set_context_counter(_stream_context_entered)
 
 
 cdef Array _array_from_capsule(object capsule):

@@ -261,12 +261,12 @@ def _stream_outcome(fn, expected):
 
 
 def test_the_stream_rule_of_the_header_answers_as_written(tmp_path, vendored):
-    """The header's rule, through a vendoring extension and through the core's
-    CUDA layer (dlpack_ref._streams.stream_handle, which calls the same C):
-    the same value, or the same exception type and message."""
+    """The header's rule, through a vendoring extension and through the
+    core's binding of it (what dlpack_ref.cuda.stream checks its value
+    with): the same value, or the same exception type and message."""
     import importlib.util
 
-    from dlpack_ref._streams import stream_handle
+    from dlpack_ref._dlpack_ref import _stream_handle as stream_handle
     from support.build_ext import compile_c_extension
 
     source = tmp_path / "stream_probe.c"

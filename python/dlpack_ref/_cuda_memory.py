@@ -28,7 +28,7 @@ from . import _cuda_driver
 from ._cuda_driver import LEGACY_STREAM, check, runtime
 from ._cuda_streams import PendingWork
 from ._devices import CUDA_DEVICE_BOUND, SUPPORTED, DeviceType
-from ._streams import NO_SYNC, stream_handle
+from ._streams import NO_SYNC, handle_of
 
 # Pitches of cuMemcpy2D are limited by CU_DEVICE_ATTRIBUTE_MAX_PITCH, which
 # is 2**31 - 1 on every GPU so far.
@@ -356,11 +356,12 @@ def plan_copy(shape, dst_strides, src_strides, itemsize):
 
 
 def _copy_stream(rt, dst_type: int, dst_id: int, src_type: int, src_id: int, stream):
-    """The stream a copy runs on, as (the DLPack value checked, the
-    CUstream handle, its device): the consumer's stream; for None and -1
-    the legacy default stream of the source's device, or of the target's
-    for a copy from the host (of the current device between host memory)."""
-    handle = stream_handle(stream)
+    """The stream a copy runs on, as (the handle the checked ``stream``
+    names, the CUstream handle, its device): the consumer's stream; for None
+    and -1 the legacy default stream of the source's device, or of the
+    target's for a copy from the host (of the current device between host
+    memory)."""
+    handle = handle_of(stream)
     home = src_id if src_type in CUDA_DEVICE_BOUND else dst_id if dst_type in CUDA_DEVICE_BOUND else None
     if home is None:
         home = rt.current_device()
@@ -412,7 +413,8 @@ def copy_array(dst: Block, src: Block, shape, itemsize: int, nbytes: int, stream
     nbytes
         The bytes of packed sub-byte data (ignored otherwise).
     stream
-        The consumer's stream as DLPack spells it. The copy runs on it
+        The consumer's stream, checked where it entered (None or a handle:
+        ``dlpack_ref._streams``). The copy runs on it
         (None and -1: the legacy default stream of the source's device, or
         of the target's for a copy from the host) after that stream has
         waited for the work pending on ``src`` and on ``dst`` (for a new
