@@ -27,24 +27,71 @@ cdef int _host_wait(Array a) except -1:
     return 0
 
 
-cdef tuple _block(Array a, int64_t itemsize):
-    """The description of a's memory that the CUDA layer copies from/to
-    (CPU Arrays on pinned memory, from a copy to the host on a stream, keep
-    the record of that memory, so its free waits for the copy)."""
-    return (<uintptr_t>a._data, a._device.device_type, a._device.device_id,
-            _work_of(a) if dlpack_ref_device_cuda_family(a._device.device_type) else a._work,
-            tuple([dlref_byte_stride(a._strides[i], itemsize) for i in range(a._ndim)]), _is_c_contiguous(a))
+cdef object _block(Array a, tuple byte_strides):
+    """The description of a's memory that the CUDA layer copies from/to,
+    with the strides of the copy's coalesced shape (CPU Arrays on pinned
+    memory, from a copy to the host on a stream, keep the record of that
+    memory, so its free waits for the copy)."""
+    return _cuda().Block(<uintptr_t>a._data, a._device.device_type, a._device.device_id,
+                         _work_of(a) if dlpack_ref_device_cuda_family(a._device.device_type) else a._work,
+                         byte_strides, _is_c_contiguous(a))
+
+
+cdef tuple _coalesced(Array dst, Array src, int64_t itemsize):
+    """(shape, dst byte strides, src byte strides) of a copy from src to dst,
+    coalesced by the kernels (dlref_coalesce); an empty copy is (0,) long.
+    Packed sub-byte data (itemsize 0) is copied as whole bytes: ()."""
+    cdef int64_t db[DLPACK_REF_MAX_NDIM]
+    cdef int64_t sb[DLPACK_REF_MAX_NDIM]
+    cdef int64_t sh[DLPACK_REF_MAX_NDIM]
+    cdef int64_t ds[DLPACK_REF_MAX_NDIM]
+    cdef int64_t ss[DLPACK_REF_MAX_NDIM]
+    cdef int i, k
+    if itemsize == 0:
+        return ((), (), ())
+    for i in range(src._ndim):
+        db[i] = dlref_byte_stride(dst._strides[i], itemsize)
+        sb[i] = dlref_byte_stride(src._strides[i], itemsize)
+    k = dlref_coalesce(src._ndim, src._shape, db, sb, sh, ds, ss)
+    if k < 0:
+        return ((0,), (0,), (0,))
+    return (tuple([sh[i] for i in range(k)]), tuple([ds[i] for i in range(k)]), tuple([ss[i] for i in range(k)]))
+
+
+def _coalesce(shape, dst_strides, src_strides):
+    """(shape, dst_strides, src_strides) coalesced by the kernels'
+    dlref_coalesce, as the core hands a device copy to the CUDA layer; None
+    for an empty shape. For the tests of the CUDA layer's copy plans."""
+    cdef int64_t a[DLPACK_REF_MAX_NDIM]
+    cdef int64_t b[DLPACK_REF_MAX_NDIM]
+    cdef int64_t c[DLPACK_REF_MAX_NDIM]
+    cdef int64_t sh[DLPACK_REF_MAX_NDIM]
+    cdef int64_t ds[DLPACK_REF_MAX_NDIM]
+    cdef int64_t ss[DLPACK_REF_MAX_NDIM]
+    cdef int i, k, n = len(shape)
+    if n > DLPACK_REF_MAX_NDIM or len(dst_strides) != n or len(src_strides) != n:
+        raise ValueError(f"shape and strides of up to {DLPACK_REF_MAX_NDIM} equal lengths expected")
+    for i in range(n):
+        a[i] = shape[i]
+        b[i] = dst_strides[i]
+        c[i] = src_strides[i]
+    k = dlref_coalesce(n, a, b, c, sh, ds, ss)
+    if k < 0:
+        return None
+    return (tuple([sh[i] for i in range(k)]), tuple([ds[i] for i in range(k)]), tuple([ss[i] for i in range(k)]))
 
 
 cdef int _device_copy(Array dst, Array src, object stream) except -1:
-    """Copy src into dst (same shape) through the CUDA layer."""
+    """Copy src into dst (same shape) through the CUDA layer, with their
+    dimensions coalesced here (the CUDA layer plans its driver copies on
+    them and merges nothing itself)."""
     cdef int64_t bits = dlpack_ref_storage_bits(src._dtype, src._flags)
     cdef int64_t itemsize = bits // 8 if bits >= 8 else 0
     if itemsize and src._device.device_type == kDLCPU and dst._device.device_type != kDLCPU \
             and not _is_c_contiguous(src):
         # Gather pageable host data on the host: one transfer instead of many.
         src = _copy_to(src, src._device, None)
-    cuda = _cuda()
-    cuda.copy_array(cuda.Block(*_block(dst, itemsize)), cuda.Block(*_block(src, itemsize)), src.shape,
-                    itemsize, <size_t>((_size_of(src) * bits + 7) // 8), stream)
+    shape, dst_strides, src_strides = _coalesced(dst, src, itemsize)
+    _cuda().copy_array(_block(dst, dst_strides), _block(src, src_strides), shape, itemsize,
+                       <size_t>((_size_of(src) * bits + 7) // 8), stream)
     return 0
