@@ -30,12 +30,15 @@
  *   - sizes: storage bits, bytes, element count, byte span
  *   - the checks, one rule each: dlpack_check_*
  *   - export: the one allocation block, its deleters, capsule destructors
+ *   - export of memory owned by a C reference count (dlpack_ref_counted):
+ *     deleters that need no Python
  *   - import: claiming a capsule, adopting and releasing a managed tensor,
  *     the exchange table of a type, importing any capsule
  *   - fast calls: interned names, memoized method and table lookups
  *   - calls into another library's exchange table
  *   - devices and arguments of the producer protocol (the stream rule)
- *   - the producer protocol: __dlpack__ and __dlpack_device__
+ *   - the producer protocol: __dlpack__ and __dlpack_device__ (its plan,
+ *     then the capsule owned by a Python object or by a count)
  *   - the exchange-table builder: __dlpack_c_exchange_api__ of an adopter's type
  *   - the consumer protocol: from_dlpack(x, /, *, device=None, copy=None)
  *   - dlpack_ref.Array, through its exchange table (only these two calls
@@ -51,6 +54,9 @@
 #include <string.h>
 #include "dlpack.h"
 #include "dlpack_ref_tables.h"
+#if defined(_MSC_VER) && !defined(__clang__)
+#include <intrin.h>
+#endif
 
 #ifdef __cplusplus
 extern "C" {
@@ -634,6 +640,96 @@ static inline PyObject* dlpack_ref_export_versioned(const DLTensor* tensor, PyOb
 static inline PyObject* dlpack_ref_export_legacy(const DLTensor* tensor, PyObject* owner) {
     if (dlpack_ref_priv_check_export(tensor) < 0) return NULL;
     return dlpack_ref_api_new_legacy(tensor, owner);
+}
+
+/* --- export of memory owned by a C reference count ------------------------
+ * Memory whose release needs no Python (a library's own host allocation) can
+ * be owned by a dlpack_ref_counted: a reference count and the function that
+ * frees the memory when it reaches 0. The array holds one count and each
+ * export of the memory another, so an export keeps the memory alive, not the
+ * array object: its deleter only gives its count back (and frees the memory
+ * at 0) and frees its block, with plain free(). It needs no GIL, no thread
+ * state and no interpreter: it is safe on any thread at any time, during and
+ * after finalization included. Memory a Python object owns is exported with
+ * that object as the owner (above). */
+
+/* An owner with a C reference count. `refs` counts the holders (the array,
+ * each export); whoever takes it to 0 calls `release`, once, on whatever
+ * thread that is, with no Python: it frees the memory and the count. */
+typedef struct dlpack_ref_counted {
+    int64_t refs;
+    void (*release)(struct dlpack_ref_counted* self);
+} dlpack_ref_counted;
+
+/* One more holder (atomic: any thread may hold and let go of counts at once). */
+static inline void dlpack_ref_counted_retain(dlpack_ref_counted* c) {
+#if defined(_MSC_VER) && !defined(__clang__)
+    _InterlockedIncrement64((volatile __int64*)&c->refs);
+#else
+    __atomic_fetch_add(&c->refs, 1, __ATOMIC_RELAXED);
+#endif
+}
+
+/* One holder fewer; the last one calls c->release. */
+static inline void dlpack_ref_counted_release(dlpack_ref_counted* c) {
+#if defined(_MSC_VER) && !defined(__clang__)
+    if (_InterlockedDecrement64((volatile __int64*)&c->refs) == 0) c->release(c);
+#else
+    if (__atomic_fetch_sub(&c->refs, 1, __ATOMIC_ACQ_REL) == 1) c->release(c);
+#endif
+}
+
+/* The deleters of exports owned by a count: give the count back, free the
+ * block (malloc'd: no Python allocator is involved). */
+static inline void dlpack_ref_api_delete_counted_versioned(DLManagedTensorVersioned* self) {
+    dlpack_ref_counted_release((dlpack_ref_counted*)self->manager_ctx);
+    free(self);
+}
+
+static inline void dlpack_ref_api_delete_counted_legacy(DLManagedTensor* self) {
+    dlpack_ref_counted_release((dlpack_ref_counted*)self->manager_ctx);
+    free(self);
+}
+
+/* The block of a versioned export of `t` holding one count of `memory`
+ * (NULL with MemoryError). */
+static inline DLManagedTensorVersioned* dlpack_ref_api_counted_block(const DLTensor* t, dlpack_ref_counted* memory,
+                                                                     uint64_t flags) {
+    DLManagedTensorVersioned* m = (DLManagedTensorVersioned*)malloc(
+        sizeof(DLManagedTensorVersioned) + 2 * (size_t)t->ndim * sizeof(int64_t));
+    if (m == NULL) { PyErr_NoMemory(); return NULL; }
+    m->version.major = DLPACK_MAJOR_VERSION;
+    m->version.minor = DLPACK_MINOR_VERSION;
+    m->flags = flags;
+    dlpack_ref_api_fill(&m->dl_tensor, t, (int64_t*)(m + 1));
+    dlpack_ref_counted_retain(memory);
+    m->manager_ctx = memory;
+    m->deleter = dlpack_ref_api_delete_counted_versioned;
+    return m;
+}
+
+/* A `dltensor_versioned` capsule describing `tensor` (shape and strides
+ * copied, NULL strides made row-major), holding one count of `memory`. */
+static inline PyObject* dlpack_ref_export_versioned_counted(const DLTensor* tensor, dlpack_ref_counted* memory,
+                                                           uint64_t flags) {
+    DLManagedTensorVersioned* m;
+    if (dlpack_ref_priv_check_export(tensor) < 0) return NULL;
+    m = dlpack_ref_api_counted_block(tensor, memory, flags);
+    return m == NULL ? NULL : dlpack_ref_api_wrap_versioned(m);
+}
+
+/* A legacy `dltensor` capsule describing `tensor`, holding one count of
+ * `memory`. */
+static inline PyObject* dlpack_ref_export_legacy_counted(const DLTensor* tensor, dlpack_ref_counted* memory) {
+    DLManagedTensor* m;
+    if (dlpack_ref_priv_check_export(tensor) < 0) return NULL;
+    m = (DLManagedTensor*)malloc(sizeof(DLManagedTensor) + 2 * (size_t)tensor->ndim * sizeof(int64_t));
+    if (m == NULL) { PyErr_NoMemory(); return NULL; }
+    dlpack_ref_api_fill(&m->dl_tensor, tensor, (int64_t*)(m + 1));
+    dlpack_ref_counted_retain(memory);
+    m->manager_ctx = memory;
+    m->deleter = dlpack_ref_api_delete_counted_legacy;
+    return dlpack_ref_api_wrap_legacy(m);
 }
 
 /* --- import: capsule or producer -> owned tensor --------------------------- */
@@ -1450,82 +1546,127 @@ static inline uint64_t dlpack_ref_priv_export_flags(const dlpack_ref_producer* p
     return (p->flags & DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED) | (p->read_only ? DLPACK_FLAG_BITMASK_READ_ONLY : 0);
 }
 
+/* What a __dlpack__ call exports, decided but not yet made: the tensor the
+ * capsule will describe and what keeps its memory alive. Made by
+ * dlpack_ref_producer_plan, used once by one of the dlpack_ref_export_plan*
+ * calls (or dropped with dlpack_ref_export_plan_drop); not to be copied
+ * (`tensor` may point into it). */
+typedef struct dlpack_ref_export_plan {
+    const DLTensor* tensor;   /* the array's memory as it is, or the copy (`copied`) */
+    PyObject* owner;          /* keeps tensor's memory alive: p->owner (borrowed), or the copy's owner */
+    PyObject* copy_owner;     /* the copy's owner, a reference the export gives back; NULL: no copy */
+    uint64_t flags;           /* the capsule's flags */
+    int versioned;            /* 1: dltensor_versioned, 0: a legacy dltensor */
+    DLTensor copied;          /* the copy's description (its shape and strides are the copy owner's) */
+} dlpack_ref_export_plan;
+
 /* __dlpack__(*, stream=None, max_version=None, dl_device=None, copy=None)
- * of the array `p` describes, its arguments already unpacked: every argument
- * checked (TypeError for a wrong type, ValueError for a bad value), a legacy
- * or a versioned capsule chosen by max_version, a copy made through p->copy
- * when copy=True or dl_device cannot use the memory in place (IS_COPIED set;
- * copy=False then raises CopyForbiddenError), the consumer's stream ordered
- * through p->order otherwise, READ_ONLY set for a read-only array. Returns
- * the capsule (new reference) or NULL with the error set. */
-static inline PyObject* dlpack_ref_producer_export(const dlpack_ref_producer* p, PyObject* stream,
-                                                   PyObject* max_version, PyObject* dl_device, PyObject* copy) {
-    DLTensor copied;
-    const DLTensor* src = &p->tensor;
-    PyObject* owner = p->owner;
-    PyObject* copy_owner = NULL;
-    PyObject* capsule;
-    uint64_t flags;
+ * of the array `p` describes, its arguments already unpacked, up to the
+ * capsule: every argument checked (TypeError for a wrong type, ValueError
+ * for a bad value), a legacy or a versioned capsule chosen by max_version, a
+ * copy made through p->copy when copy=True or dl_device cannot use the
+ * memory in place (IS_COPIED set; copy=False then raises
+ * CopyForbiddenError), the consumer's stream ordered through p->order
+ * otherwise, READ_ONLY set for a read-only array, a legacy export refused
+ * where it cannot say what it holds. 0 with *plan filled, or -1 with the
+ * error set (and nothing held). */
+static inline int dlpack_ref_producer_plan(const dlpack_ref_producer* p, PyObject* stream, PyObject* max_version,
+                                           PyObject* dl_device, PyObject* copy, dlpack_ref_export_plan* plan) {
     int64_t stream_value = 1;
     int versioned, cuda_family;
     DLDevice target;
+    plan->tensor = &p->tensor;
+    plan->owner = p->owner;
+    plan->copy_owner = NULL;
     if (max_version == Py_None && stream == Py_None && dl_device == Py_None && copy == Py_None) {
         /* The oldest consumers' call, and a hot one: with no stream work to
            order (not CUDA-family memory, or no order callback) nothing is left
            to decide but the legacy capsule's limits. */
         if (!(dlpack_ref_device_cuda_family((int32_t)p->tensor.device.device_type) && p->order != NULL)) {
-            flags = dlpack_ref_priv_export_flags(p);
-            if (dlpack_ref_check_legacy_export(&p->tensor, flags, owner) < 0) return NULL;
-            return dlpack_ref_export_legacy(&p->tensor, owner);
+            plan->flags = dlpack_ref_priv_export_flags(p);
+            plan->versioned = 0;
+            return dlpack_ref_check_legacy_export(&p->tensor, plan->flags, p->owner);
         }
     }
     versioned = dlpack_ref_wants_versioned(max_version);
-    if (versioned < 0 || dlpack_ref_check_copy_arg(copy) < 0) return NULL;
+    if (versioned < 0 || dlpack_ref_check_copy_arg(copy) < 0) return -1;
+    plan->versioned = versioned;
     cuda_family = dlpack_ref_device_cuda_family((int32_t)p->tensor.device.device_type);
-    if (stream != Py_None && dlpack_ref_stream_value(stream, cuda_family, p->tensor.device, owner, &stream_value) < 0)
-        return NULL;
-    flags = dlpack_ref_priv_export_flags(p);
+    if (stream != Py_None && dlpack_ref_stream_value(stream, cuda_family, p->tensor.device, p->owner, &stream_value) < 0)
+        return -1;
+    plan->flags = dlpack_ref_priv_export_flags(p);
     if (dl_device == Py_None && copy != Py_True) {
         if (cuda_family && p->order != NULL && stream_value != -1
                 && p->order(p->ctx, &p->tensor, stream, stream_value) < 0)
-            return NULL;
+            return -1;
     } else {
         if (dl_device == Py_None) target = p->tensor.device;
-        else if (dlpack_ref_parse_dl_device(dl_device, &target) < 0) return NULL;
+        else if (dlpack_ref_parse_dl_device(dl_device, &target) < 0) return -1;
         if (copy == Py_True || !dlpack_ref_can_access(target, p->tensor.device)) {
-            if (copy == Py_False) {
-                dlpack_ref_refuse_copy(p->tensor.device, target, 0);
-                return NULL;
-            }
+            if (copy == Py_False) return dlpack_ref_refuse_copy(p->tensor.device, target, 0);
             if (p->copy == NULL) {
-                PyObject* tn = dlpack_ref_priv_type_name(owner);
+                PyObject* tn = dlpack_ref_priv_type_name(p->owner);
                 PyObject* where = tn == NULL ? NULL : dlpack_ref_device_str(target);
                 if (where != NULL)
                     PyErr_Format(PyExc_BufferError, "this %U cannot be copied (asked for a copy on %U)", tn, where);
                 Py_XDECREF(tn);
                 Py_XDECREF(where);
-                return NULL;
+                return -1;
             }
-            if (p->copy(p->ctx, &p->tensor, target, stream, stream_value, &copied, &copy_owner) < 0) return NULL;
-            src = &copied;
-            owner = copy_owner;
+            if (p->copy(p->ctx, &p->tensor, target, stream, stream_value, &plan->copied, &plan->copy_owner) < 0)
+                return -1;
+            plan->tensor = &plan->copied;
+            plan->owner = plan->copy_owner;
             /* A copy is fresh memory: writable, laid out by the copy. */
-            flags = DLPACK_FLAG_BITMASK_IS_COPIED
-                    | ((int64_t)copied.dtype.bits * copied.dtype.lanes < 8 ? (p->flags & DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED) : 0);
+            plan->flags = DLPACK_FLAG_BITMASK_IS_COPIED
+                          | ((int64_t)plan->copied.dtype.bits * plan->copied.dtype.lanes < 8
+                             ? (p->flags & DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED) : 0);
         } else if (cuda_family && p->order != NULL && stream_value != -1
                    && p->order(p->ctx, &p->tensor, stream, stream_value) < 0) {
-            return NULL;
+            return -1;
         }
     }
-    if (versioned) {
-        capsule = dlpack_ref_export_versioned(src, owner, flags);
-    } else if (dlpack_ref_check_legacy_export(src, flags, owner) < 0) {
-        capsule = NULL;
-    } else {
-        capsule = dlpack_ref_export_legacy(src, owner);
+    if (!versioned && dlpack_ref_check_legacy_export(plan->tensor, plan->flags, plan->owner) < 0) {
+        Py_CLEAR(plan->copy_owner);
+        return -1;
     }
-    Py_XDECREF(copy_owner);
+    return 0;
+}
+
+/* Drop a plan that will not be exported (gives the copy's owner back). */
+static inline void dlpack_ref_export_plan_drop(dlpack_ref_export_plan* plan) {
+    Py_CLEAR(plan->copy_owner);
+}
+
+/* The capsule of a plan, owned by plan->owner (a reference to it kept until
+ * the consumer's deleter call); the plan is used up. */
+static inline PyObject* dlpack_ref_export_plan_capsule(dlpack_ref_export_plan* plan) {
+    PyObject* capsule = plan->versioned ? dlpack_ref_export_versioned(plan->tensor, plan->owner, plan->flags)
+                                        : dlpack_ref_export_legacy(plan->tensor, plan->owner);
+    Py_XDECREF(plan->copy_owner);
     return capsule;
+}
+
+/* The capsule of a plan whose memory (plan->tensor's: the array's, or the
+ * copy's) is owned by the count `memory`, which the capsule holds one of
+ * instead of plan->owner: its deleter needs no Python. The plan is used up. */
+static inline PyObject* dlpack_ref_export_plan_capsule_counted(dlpack_ref_export_plan* plan,
+                                                               dlpack_ref_counted* memory) {
+    PyObject* capsule = plan->versioned ? dlpack_ref_export_versioned_counted(plan->tensor, memory, plan->flags)
+                                        : dlpack_ref_export_legacy_counted(plan->tensor, memory);
+    Py_XDECREF(plan->copy_owner);
+    return capsule;
+}
+
+/* __dlpack__(*, stream=None, max_version=None, dl_device=None, copy=None)
+ * of the array `p` describes, its arguments already unpacked: the capsule of
+ * dlpack_ref_producer_plan's decision, owned by p->owner (or the copy's
+ * owner). Returns the capsule (new reference) or NULL with the error set. */
+static inline PyObject* dlpack_ref_producer_export(const dlpack_ref_producer* p, PyObject* stream,
+                                                   PyObject* max_version, PyObject* dl_device, PyObject* copy) {
+    dlpack_ref_export_plan plan;
+    if (dlpack_ref_producer_plan(p, stream, max_version, dl_device, copy, &plan) < 0) return NULL;
+    return dlpack_ref_export_plan_capsule(&plan);
 }
 
 /* Which of __dlpack__'s four keyword-only arguments `key` names: 0 stream,

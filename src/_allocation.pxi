@@ -1,6 +1,43 @@
 # Allocation: new C-contiguous Arrays, on the host (256-byte aligned, from
-# the kernels' dlref_aligned_alloc) or on a device of the CUDA family
-# (through dlpack_ref's CUDA layer); empty().
+# the kernels' dlref_aligned_alloc, owned by a C reference count) or on a
+# device of the CUDA family (through dlpack_ref's CUDA layer); empty().
+
+cdef extern from *:
+    """
+    /* Host memory of an Array, owned by a C reference count (the header's
+       dlpack_ref_counted) kept in the DLREF_HEAD bytes that
+       dlref_aligned_alloc leaves before the data: the Array that allocated
+       it holds one count and each export of it another, so an export's
+       deleter only gives its count back and the last one frees the block,
+       on any thread, with no Python. */
+    typedef char dlref_head_fits[sizeof(dlpack_ref_counted) + sizeof(void*) <= DLREF_HEAD ? 1 : -1];
+
+    static void dlref_host_release(dlpack_ref_counted* c) { dlref_aligned_free((char*)c + DLREF_HEAD); }
+
+    /* A new block of n bytes with its count at 1 (the caller's), NULL when
+       out of memory. */
+    static inline dlpack_ref_counted* dlref_host_alloc(size_t n) {
+        char* data = (char*)dlref_aligned_alloc(n);
+        dlpack_ref_counted* c;
+        if (data == NULL) return NULL;
+        c = (dlpack_ref_counted*)(data - DLREF_HEAD);
+        c->refs = 1;
+        c->release = dlref_host_release;
+        return c;
+    }
+    static inline char* dlref_host_data(dlpack_ref_counted* c) { return (char*)c + DLREF_HEAD; }
+    static inline int64_t dlref_host_refs(dlpack_ref_counted* c) { return __atomic_load_n(&c->refs, __ATOMIC_RELAXED); }
+    """
+    dlpack_ref_counted* dlref_host_alloc(size_t n) nogil
+    char* dlref_host_data(dlpack_ref_counted* c) nogil
+    int64_t dlref_host_refs(dlpack_ref_counted* c) nogil
+
+
+def _host_memory_holders(Array a):
+    """How many holders (the Array that allocated it, each export) the
+    count of a's host memory has; None for memory a Python object owns. For
+    the tests."""
+    return None if a._counted == NULL else dlref_host_refs(a._counted)
 
 
 cdef Array _empty(tuple shape, DLDataType dt, DLDevice device, bint padded_subbyte=True):
@@ -47,10 +84,11 @@ cdef Array _empty_dims(const int64_t* dims, int32_t nd, DLDataType dt, DLDevice 
         raise ValueError(f"shape {tuple([dims[j] for j in range(nd)])!r} needs more than 2**63 bytes")
     cdef size_t nbytes = <size_t>dlpack_ref_nbytes(n, bits)
     if device.device_type == kDLCPU:
-        a._host_alloc = dlref_aligned_alloc(nbytes)
-        if a._host_alloc == NULL:
+        a._own_count = dlref_host_alloc(nbytes)
+        if a._own_count == NULL:
             raise MemoryError(f"cannot allocate {nbytes} bytes for an Array of shape {tuple([dims[j] for j in range(nd)])!r}")
-        a._data = <char*>a._host_alloc
+        a._counted = a._own_count
+        a._data = dlref_host_data(a._own_count)
     elif dlpack_ref_device_supported(device.device_type):
         owner = _cuda().allocate(_device_object(device), nbytes, copy_from)
         a._base = owner

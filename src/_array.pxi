@@ -39,8 +39,13 @@ cdef class Array:
     # An imported DLManagedTensor[Versioned]; its deleter runs in __dealloc__.
     cdef void* _managed
     cdef bint _managed_versioned
-    # Host memory allocated here (256-byte aligned), freed in __dealloc__.
-    cdef void* _host_alloc
+    # Host memory allocated here is owned by a C reference count (see
+    # _allocation.pxi): the Array that allocated it holds one count
+    # (_own_count, given back in __dealloc__); it and every view of it know
+    # the count (_counted; NULL for memory a Python object owns), and each
+    # export of that memory holds a count of its own, not the Array.
+    cdef dlpack_ref_counted* _own_count
+    cdef dlpack_ref_counted* _counted
     # CUDA-family memory: the record of its pending work (dlpack_ref._cuda_streams'
     # PendingWork), one object shared by the Array owning the memory and all
     # its views; None until needed (see _work_of).
@@ -57,9 +62,9 @@ cdef class Array:
         if self._shape != NULL and self._shape != &self._small[0]:
             free(self._shape)
         self._shape = NULL
-        if self._host_alloc != NULL:
-            dlref_aligned_free(self._host_alloc)
-            self._host_alloc = NULL
+        if self._own_count != NULL:
+            dlpack_ref_counted_release(self._own_count)
+            self._own_count = NULL
 
     # --- metadata ---------------------------------------------------------
 
@@ -383,6 +388,7 @@ cdef Array _view(Array src, int32_t ndim):
     v._dtype = src._dtype
     v._device = src._device
     v._flags = src._flags
+    v._counted = src._counted
     if dlpack_ref_device_cuda_family(src._device.device_type):
         v._work = _work_of(src)
     v._base = src

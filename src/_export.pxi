@@ -1,6 +1,7 @@
 # Export: __dlpack__ through the producer call of include/dlpack_ref.h (the
 # one place its rules are written, which vendoring libraries call too), the
-# buffer protocol, and the one allocation of each capsule.
+# buffer protocol, and the one allocation of each capsule: it holds a count
+# of host memory allocated here (a deleter with no Python), else the Array.
 
 # The core's forbidden copies raise its public CopyForbiddenError.
 dlpack_ref_set_copy_forbidden_error(CopyForbiddenError)
@@ -49,6 +50,8 @@ cdef object _export(Array a, object stream, object max_version, object dl_device
     Array. dl_device may be anything as_device accepts (a core extension of
     the standard's tuple): resolved here to its (type, id) tuple first."""
     cdef dlpack_ref_producer p
+    cdef dlpack_ref_export_plan plan
+    cdef dlpack_ref_counted* memory
     _borrow_dltensor(a, &p.tensor)
     p.owner = <PyObject*>a
     p.read_only = (a._flags & DLPACK_FLAG_BITMASK_READ_ONLY) != 0
@@ -58,7 +61,13 @@ cdef object _export(Array a, object stream, object max_version, object dl_device
     p.order = _order_for_consumer
     if dl_device is not None:
         dl_device = _dlpack_device_tuple(_parse_device(dl_device))
-    return dlpack_ref_producer_export(&p, stream, max_version, dl_device, copy)
+    dlpack_ref_producer_plan(&p, stream, max_version, dl_device, copy, &plan)
+    # Host memory allocated here (the Array's, or the copy's) is exported
+    # holding a count of it, not the Array: its deleter needs no Python.
+    memory = a._counted if plan.copy_owner == NULL else (<Array><object>plan.copy_owner)._counted
+    if memory != NULL:
+        return dlpack_ref_export_plan_capsule_counted(&plan, memory)
+    return dlpack_ref_export_plan_capsule(&plan)
 
 
 cdef int _fill_buffer(Array a, Py_buffer* view, int flags) except -1:
@@ -116,9 +125,12 @@ cdef inline void _borrow_dltensor(Array a, DLTensor* t) noexcept:
 
 
 cdef DLManagedTensorVersioned* _versioned_block(Array a, uint64_t flags) except NULL:
-    """The single allocation of a versioned export, owning one reference to a."""
+    """The single allocation of a versioned export, holding a count of a's
+    memory where it was allocated here, else one reference to a."""
     cdef DLTensor t
     _borrow_dltensor(a, &t)
+    if a._counted != NULL:
+        return dlpack_ref_api_counted_block(&t, a._counted, flags)
     return dlpack_ref_api_versioned_block(&t, <PyObject*>a, flags)
 
 

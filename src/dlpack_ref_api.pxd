@@ -102,6 +102,21 @@ cdef extern from "dlpack_ref.h":
     object dlpack_ref_export_versioned(const DLTensor* tensor, object owner, uint64_t flags)
     object dlpack_ref_export_legacy(const DLTensor* tensor, object owner)
 
+    # export of memory owned by a C reference count: the array holds one
+    # count, each export another; the export's deleter gives its count back
+    # (release() frees the memory at 0) with no Python at all
+    ctypedef struct dlpack_ref_counted:
+        int64_t refs
+        void (*release)(dlpack_ref_counted* self) noexcept nogil
+    void dlpack_ref_counted_retain(dlpack_ref_counted* c) noexcept nogil
+    void dlpack_ref_counted_release(dlpack_ref_counted* c) noexcept nogil
+    void dlpack_ref_api_delete_counted_versioned(DLManagedTensorVersioned* self) noexcept nogil
+    void dlpack_ref_api_delete_counted_legacy(DLManagedTensor* self) noexcept nogil
+    DLManagedTensorVersioned* dlpack_ref_api_counted_block(const DLTensor* t, dlpack_ref_counted* memory,
+                                                           uint64_t flags) except NULL
+    object dlpack_ref_export_versioned_counted(const DLTensor* tensor, dlpack_ref_counted* memory, uint64_t flags)
+    object dlpack_ref_export_legacy_counted(const DLTensor* tensor, dlpack_ref_counted* memory)
+
     # import: capsule or producer -> owned tensor
     void dlpack_ref_release(DLPackRefTensor* t) noexcept nogil
     int dlpack_ref_adopt(void* managed, bint versioned, DLPackRefTensor* out) except -1
@@ -196,6 +211,22 @@ cdef extern from "dlpack_ref.h":
         int (*order)(void* ctx, const DLTensor* t, PyObject* stream, int64_t stream_value) except -1
     object dlpack_ref_producer_export(const dlpack_ref_producer* p, object stream, object max_version,
                                       object dl_device, object copy)
+    # the same call in two steps: the plan (every argument checked, the
+    # copy made or the stream ordered), then its capsule, owned by the
+    # plan's owner or by a count of the memory; a plan not exported is
+    # dropped
+    ctypedef struct dlpack_ref_export_plan:
+        const DLTensor* tensor
+        PyObject* owner
+        PyObject* copy_owner
+        uint64_t flags
+        bint versioned
+        DLTensor copied
+    int dlpack_ref_producer_plan(const dlpack_ref_producer* p, object stream, object max_version, object dl_device,
+                                 object copy, dlpack_ref_export_plan* plan) except -1
+    void dlpack_ref_export_plan_drop(dlpack_ref_export_plan* plan) noexcept
+    object dlpack_ref_export_plan_capsule(dlpack_ref_export_plan* plan)
+    object dlpack_ref_export_plan_capsule_counted(dlpack_ref_export_plan* plan, dlpack_ref_counted* memory)
     object dlpack_ref_producer_dlpack(const dlpack_ref_producer* p, object args, object kwargs)
     object dlpack_ref_producer_dlpack_fast(const dlpack_ref_producer* p, PyObject* const* args, Py_ssize_t nargs,
                                            PyObject* kwnames)

@@ -30,6 +30,7 @@ from ._dlpack_ref import (
     set_num_threads,
     zeros,
 )
+from . import cuda  # the public CUDA API (loads neither cuda-python nor a driver)
 from ._devices import C_ENUMERATORS, Device, DeviceType, as_device
 from ._dtypes import DTYPES, DType, DTypeCode, as_dtype
 
