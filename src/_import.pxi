@@ -202,7 +202,8 @@ cdef Array _from_dlpack(object x, object device, object copy):
     The negotiation is the header's (dlpack_ref_consumer_source, _call and
     _copy_needed, the pieces of dlpack_ref_consumer_take); what stays here
     is this core's: its device names, its own Array, the CUDA stream it
-    passes and records, and the copy."""
+    passes and records, and the copy (copy=True of CPU memory is made here,
+    on the worker pool, from the producer's tensor in place)."""
     if device is None and copy is None and _stream_contexts() == 0:
         return _import_plain(x)
     dlpack_ref_check_copy_arg(copy)
@@ -237,6 +238,18 @@ cdef Array _from_dlpack(object x, object device, object copy):
         if taken_plain == 2 and dlpack_ref_device_cuda_family(a._device.device_type):
             _order_after_table_export(<DLPackExchangeAPI*>api, x, a)
         return _finish_import(a, x, target, copy, False, stream)
+    if copy is True and source.device_type == kDLCPU and target.device_type == kDLCPU:
+        # Memory the CPU reads, wanted on the CPU: the producer's tensor in
+        # place, copied here on the worker pool into a fresh allocation. The
+        # producer's own copy is asked for only when it refuses the in-place
+        # export (BufferError).
+        try:
+            dlpack_ref_consumer_call(x, None, NULL, None, source, &taken, &producer_did_it)
+        except BufferError:
+            pass
+        else:
+            _own_taken(a, &taken)
+            return _finish_import(a, x, target, copy, False)
     dlpack_ref_consumer_call(x, stream, &target if have_target else NULL, copy, source, &taken, &producer_did_it)
     _own_taken(a, &taken)
     if stream is not None and stream != -1 and dlpack_ref_device_cuda_family(a._device.device_type) and \

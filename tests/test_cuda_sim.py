@@ -373,6 +373,28 @@ def test_every_stream_value_orders_the_consumer_after_the_pending_work(streams, 
     assert as_f32(read_on(reader, a.data_ptr, N * 4)).tolist() == VALUES.tolist()
 
 
+@pytest.mark.thread_unsafe(reason="expects stale bytes, which another thread's reads of reused pool memory change")
+def test_stream_minus_one_orders_nothing(sim, streams):
+    s, c = streams.new(), streams.new()
+    a = pending_on(s)
+    a.__dlpack__(max_version=(1, 3), stream=-1)
+    assert read_on(c, a.data_ptr, 4).tobytes() == b"\xa5" * 4
+
+
+@pytest.mark.parametrize("bad, error", [(0, ValueError), (-2, ValueError), (True, TypeError), ("1", TypeError),
+                                        (CudaStream(-5), ValueError)])
+def test_bad_stream_values_are_refused(bad, error):
+    a = dr.zeros(4, device="cuda:0")
+    with pytest.raises(error):
+        a.__dlpack__(max_version=(1, 3), stream=bad)
+
+
+@pytest.mark.parametrize("value", [1, 2, -1, CudaStream(5)])
+def test_cpu_memory_accepts_only_stream_none(value):
+    with pytest.raises(ValueError, match="only stream=None"):
+        dr.zeros(4).__dlpack__(stream=value)
+
+
 class CountedStream(CudaStream):
     """A __cuda_stream__ object that counts how often its handle is asked for."""
 
@@ -409,28 +431,6 @@ def test_a_stream_is_read_once_where_it_enters(streams, how):
         got = as_f32(read_on(c, out.data_ptr, N * 4))
     assert value.asked == 1
     assert got.tolist() == VALUES.tolist()
-
-
-@pytest.mark.thread_unsafe(reason="expects stale bytes, which another thread's reads of reused pool memory change")
-def test_stream_minus_one_orders_nothing(sim, streams):
-    s, c = streams.new(), streams.new()
-    a = pending_on(s)
-    a.__dlpack__(max_version=(1, 3), stream=-1)
-    assert read_on(c, a.data_ptr, 4).tobytes() == b"\xa5" * 4
-
-
-@pytest.mark.parametrize("bad, error", [(0, ValueError), (-2, ValueError), (True, TypeError), ("1", TypeError),
-                                        (CudaStream(-5), ValueError)])
-def test_bad_stream_values_are_refused(bad, error):
-    a = dr.zeros(4, device="cuda:0")
-    with pytest.raises(error):
-        a.__dlpack__(max_version=(1, 3), stream=bad)
-
-
-@pytest.mark.parametrize("value", [1, 2, -1, CudaStream(5)])
-def test_cpu_memory_accepts_only_stream_none(value):
-    with pytest.raises(ValueError, match="only stream=None"):
-        dr.zeros(4).__dlpack__(stream=value)
 
 
 @pytest.mark.skipif("_devices() < 2", reason="needs two CUDA devices")
