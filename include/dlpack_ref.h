@@ -569,20 +569,28 @@ static inline void dlpack_ref_api_fill(DLTensor* into, const DLTensor* t, int64_
     }
 }
 
+/* Fill a versioned export's block: version 1.3, `flags`, t's metadata with
+ * shape and strides in the block, the manager and its deleter. */
+static inline DLManagedTensorVersioned* dlpack_ref_priv_versioned(DLManagedTensorVersioned* m, const DLTensor* t,
+                                                                  uint64_t flags, void* manager,
+                                                                  void (*deleter)(DLManagedTensorVersioned*)) {
+    m->version.major = DLPACK_MAJOR_VERSION;
+    m->version.minor = DLPACK_MINOR_VERSION;
+    m->flags = flags;
+    dlpack_ref_api_fill(&m->dl_tensor, t, (int64_t*)(m + 1));
+    m->manager_ctx = manager;
+    m->deleter = deleter;
+    return m;
+}
+
 /* The block of a versioned export owning one reference to `owner`. */
 static inline DLManagedTensorVersioned* dlpack_ref_api_versioned_block(const DLTensor* t, PyObject* owner,
                                                                        uint64_t flags) {
     DLManagedTensorVersioned* m = (DLManagedTensorVersioned*)dlpack_ref_priv_export_block(
         sizeof(DLManagedTensorVersioned), t->ndim);
     if (m == NULL) return NULL;
-    m->version.major = DLPACK_MAJOR_VERSION;
-    m->version.minor = DLPACK_MINOR_VERSION;
-    m->flags = flags;
-    dlpack_ref_api_fill(&m->dl_tensor, t, (int64_t*)(m + 1));
     Py_INCREF(owner);
-    m->manager_ctx = owner;
-    m->deleter = dlpack_ref_api_delete_versioned;
-    return m;
+    return dlpack_ref_priv_versioned(m, t, flags, owner, dlpack_ref_api_delete_versioned);
 }
 
 /* A capsule owning an existing managed tensor (deleted if that fails). */
@@ -698,14 +706,8 @@ static inline DLManagedTensorVersioned* dlpack_ref_api_counted_block(const DLTen
     DLManagedTensorVersioned* m = (DLManagedTensorVersioned*)malloc(
         sizeof(DLManagedTensorVersioned) + 2 * (size_t)t->ndim * sizeof(int64_t));
     if (m == NULL) { PyErr_NoMemory(); return NULL; }
-    m->version.major = DLPACK_MAJOR_VERSION;
-    m->version.minor = DLPACK_MINOR_VERSION;
-    m->flags = flags;
-    dlpack_ref_api_fill(&m->dl_tensor, t, (int64_t*)(m + 1));
     dlpack_ref_counted_retain(memory);
-    m->manager_ctx = memory;
-    m->deleter = dlpack_ref_api_delete_counted_versioned;
-    return m;
+    return dlpack_ref_priv_versioned(m, t, flags, memory, dlpack_ref_api_delete_counted_versioned);
 }
 
 /* A `dltensor_versioned` capsule describing `tensor` (shape and strides
