@@ -189,8 +189,10 @@ def from_dlpack(x, /, *, device=None, copy=None):
     on TypeError. ``device``: where the result must be usable (memory usable
     there in place is kept under its true device type). ``copy``: True always
     copies, False never does (CopyForbiddenError when one is needed), None
-    copies only when needed. The producer moves or copies data itself when it
-    can; an older producer's data is moved here.
+    copies only when needed. ``copy=True`` of CPU memory wanted on the CPU is
+    copied here, on the worker pool, from the producer's tensor in place;
+    otherwise the producer moves or copies data itself when it can, and an
+    older producer's data is moved here.
     """
     if device is None and copy is None and _stream_contexts() == 0:
         return _import_plain(x)
