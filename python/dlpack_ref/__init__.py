@@ -8,13 +8,31 @@ checks. See docs/semantics.md for every rule.
 
 from __future__ import annotations
 
-import os as _os
 
-# The compiled core comes first: in any interpreter but the main one its
-# import raises ImportError before anything of the package is made (the
-# core's entry point, src/dlref_module.c; docs/guarantees.md, Interpreters).
-from . import _dlpack_ref as _core
-from ._dlpack_ref import (
+def _refuse_subinterpreters() -> None:
+    """ImportError in any interpreter but the main one, before any module of
+    the package is made. The compiled core refuses such interpreters itself
+    too, before it makes any state, whichever way it is loaded (its entry
+    point, src/dlref_module.c, with the same message), but CPython refuses an
+    isolated one first, in its own words."""
+    try:
+        from _thread import _is_main_interpreter   # CPython 3.12+
+    except ImportError:
+        import _xxsubinterpreters as interpreters  # CPython 3.11
+        main = interpreters.get_current() == interpreters.get_main()
+    else:
+        main = _is_main_interpreter()
+    if not main:
+        raise ImportError("dlpack_ref can be imported in the main interpreter only, not in a subinterpreter: "
+                          "its compiled core keeps process-wide state")
+
+
+_refuse_subinterpreters()
+
+import os as _os  # noqa: E402
+
+from . import _dlpack_ref as _core  # noqa: E402
+from ._dlpack_ref import (  # noqa: E402
     CAPSULE_NAMES,
     DLPACK_VERSION,
     MAX_NDIM,
@@ -30,9 +48,9 @@ from ._dlpack_ref import (
     set_num_threads,
     zeros,
 )
-from . import cuda  # the public CUDA API (loads neither cuda-python nor a driver)
-from ._devices import C_ENUMERATORS, Device, DeviceType, as_device
-from ._dtypes import DTYPES, DType, DTypeCode, as_dtype
+from . import cuda  # noqa: E402  (the public CUDA API: loads neither cuda-python nor a driver)
+from ._devices import C_ENUMERATORS, Device, DeviceType, as_device  # noqa: E402
+from ._dtypes import DTYPES, DType, DTypeCode, as_dtype  # noqa: E402
 
 
 try:
