@@ -2370,6 +2370,23 @@ static inline int dlpack_ref_consumer_source_or_plain(PyObject* x, const DLPackE
     return 1 + by_table;
 }
 
+/* x.__dlpack__(max_version=(1, 3), stream=stream, dl_device=dl_device,
+ * copy=copy), the last three passed when not NULL or None, and for a
+ * producer older than DLPack 1.0 (TypeError) the legacy call with the
+ * stream alone (*legacy is then 1). New reference, NULL with the error set. */
+static inline PyObject* dlpack_ref_priv_request(PyObject* x, PyObject* stream, PyObject* dl_device, PyObject* copy,
+                                                int* legacy) {
+    PyObject* capsule = dlpack_ref_priv_call_dlpack(x, 1, stream, dl_device, copy);
+    *legacy = 0;
+    if (capsule == NULL && PyErr_ExceptionMatches(PyExc_TypeError)) {
+        /* A producer older than DLPack 1.0: no max_version, dl_device or copy. */
+        PyErr_Clear();
+        *legacy = 1;
+        capsule = dlpack_ref_priv_call_dlpack(x, 0, stream, NULL, NULL);
+    }
+    return capsule;
+}
+
 /* x.__dlpack__(max_version=(1, 3), stream=stream, dl_device=*target,
  * copy=copy) for the request dlpack_ref_consumer_source began (`target`
  * NULL: no device asked; stream and copy None when not asked), the tensor
@@ -2382,16 +2399,14 @@ static inline int dlpack_ref_consumer_source_or_plain(PyObject* x, const DLPackE
 static inline int dlpack_ref_consumer_call(PyObject* x, PyObject* stream, const DLDevice* target, PyObject* copy,
                                            DLDevice source, DLPackRefTensor* out, int* producer_did_it) {
     PyObject *capsule, *dl_device = NULL;
+    int legacy;
     *producer_did_it = 1;
     if (target != NULL
             && (dl_device = Py_BuildValue("(ii)", (int)target->device_type, (int)target->device_id)) == NULL)
         return -1;
-    capsule = dlpack_ref_priv_call_dlpack(x, 1, stream, dl_device, copy);
-    if (capsule == NULL && PyErr_ExceptionMatches(PyExc_TypeError)) {
-        /* A producer older than DLPack 1.0: no max_version, dl_device or copy. */
-        PyErr_Clear();
+    capsule = dlpack_ref_priv_request(x, stream, dl_device, copy, &legacy);
+    if (legacy) {
         *producer_did_it = 0;
-        capsule = dlpack_ref_priv_call_dlpack(x, 0, stream, NULL, NULL);
     } else if (capsule == NULL && (target != NULL || (copy != NULL && copy != Py_None))
                && (PyErr_ExceptionMatches(PyExc_BufferError) || PyErr_ExceptionMatches(PyExc_ValueError))) {
         /* It cannot move or copy as asked: the plain request, the rest here.
@@ -2404,6 +2419,26 @@ static inline int dlpack_ref_consumer_call(PyObject* x, PyObject* stream, const 
     if (dlpack_ref_priv_take_returned(capsule, out) < 0) return -1;
     if ((target == NULL || !*producer_did_it) && dlpack_ref_priv_check_announced(x, out, source) < 0) return -1;
     return 0;
+}
+
+/* The plain request with the stream (x.__dlpack__(max_version=(1, 3),
+ * stream=stream), the legacy call on TypeError), for a consumer that makes
+ * copy=True's copy itself from the producer's tensor in place: 1 with the
+ * tensor taken into *out (it must be on `source`, the announced device: a
+ * refusal runs the deleter); 0 when the producer refuses to export in place
+ * (BufferError from its __dlpack__, cleared: ask it for its copy with
+ * dlpack_ref_consumer_call); -1 with the error set. */
+static inline int dlpack_ref_consumer_call_in_place(PyObject* x, PyObject* stream, DLDevice source,
+                                                    DLPackRefTensor* out) {
+    int legacy;
+    PyObject* capsule = dlpack_ref_priv_request(x, stream, NULL, NULL, &legacy);
+    if (capsule == NULL && PyErr_ExceptionMatches(PyExc_BufferError)) {
+        PyErr_Clear();
+        return 0;
+    }
+    if (dlpack_ref_priv_take_returned(capsule, out) < 0) return -1;
+    if (dlpack_ref_priv_check_announced(x, out, source) < 0) return -1;
+    return 1;
 }
 
 /* What copy= and the target ask of a taken tensor (on `mem`, with the

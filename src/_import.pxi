@@ -245,11 +245,7 @@ cdef Array _from_dlpack(object x, object device, object copy):
         # place, copied here on the worker pool into a fresh allocation. The
         # producer's own copy is asked for only when it refuses the in-place
         # export (BufferError).
-        try:
-            dlpack_ref_consumer_call(x, None, NULL, None, source, &taken, &producer_did_it)
-        except BufferError:
-            pass
-        else:
+        if dlpack_ref_consumer_call_in_place(x, None, source, &taken):
             _own_taken(a, &taken)
             return _finish_import(a, x, target, copy, False)
     dlpack_ref_consumer_call(x, stream, &target if have_target else NULL, copy, source, &taken, &producer_did_it)

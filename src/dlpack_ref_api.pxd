@@ -287,5 +287,9 @@ cdef extern from "dlpack_ref.h":
                                             DLPackRefTensor* out) except -1
     int dlpack_ref_consumer_call(object x, object stream, const DLDevice* target, object copy, DLDevice source,
                                  DLPackRefTensor* out, int* producer_did_it) except -1
+    # the plain request for a consumer that makes copy=True's copy itself: 1
+    # taken, 0 when the producer refuses to export in place (BufferError,
+    # cleared: ask for its copy with dlpack_ref_consumer_call)
+    int dlpack_ref_consumer_call_in_place(object x, object stream, DLDevice source, DLPackRefTensor* out) except -1
     int dlpack_ref_consumer_copy_needed(object x, DLDevice mem, uint64_t flags, DLDevice target, object copy,
                                         bint producer_did_it) except -1
