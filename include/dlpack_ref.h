@@ -656,8 +656,8 @@ static inline PyObject* dlpack_ref_export_legacy(const DLTensor* tensor, PyObjec
  * frees the memory when it reaches 0. The array holds one count and each
  * export of the memory another, so an export keeps the memory alive, not the
  * array object: its deleter only gives its count back (and frees the memory
- * at 0) and frees its block, with plain free(). It needs no GIL, no thread
- * state and no interpreter: it is safe on any thread at any time, during and
+ * at 0) and gives its block back (kept for reuse, or freed). It needs no
+ * GIL, no thread state and no interpreter: it is safe on any thread at any time, during and
  * after finalization included. Memory a Python object owns is exported with
  * that object as the owner (above). */
 
@@ -687,24 +687,75 @@ static inline void dlpack_ref_counted_release(dlpack_ref_counted* c) {
 #endif
 }
 
-/* The deleters of exports owned by a count: give the count back, free the
- * block (malloc'd: no Python allocator is involved). */
+/* The blocks of exports owned by a count come from malloc, not Python's
+ * allocator (their deleter has no interpreter to give them back to), and
+ * those of up to DLPACK_REF_PRIV_CACHED_NDIM dimensions (one size) are kept
+ * for reuse in a few slots of this translation unit, each taken and given
+ * back with one atomic exchange, no lock and no Python, on any thread: a
+ * malloc and free pair costs about 120 instructions, a slot about 10. */
+#define DLPACK_REF_PRIV_CACHED_NDIM 4
+#define DLPACK_REF_PRIV_CACHE_SLOTS 8
+#define DLPACK_REF_PRIV_CACHED_BYTES \
+    (sizeof(DLManagedTensorVersioned) + 2 * DLPACK_REF_PRIV_CACHED_NDIM * sizeof(int64_t))
+static void* dlpack_ref_priv_block_cache[DLPACK_REF_PRIV_CACHE_SLOTS];
+
+#if defined(_MSC_VER) && !defined(__clang__)
+#define DLPACK_REF_PRIV_SLOT_LOAD(slot) (*(void* volatile*)(slot))
+#define DLPACK_REF_PRIV_SLOT_TAKE(slot) _InterlockedExchangePointer((void* volatile*)(slot), NULL)
+#define DLPACK_REF_PRIV_SLOT_GIVE(slot, b) (_InterlockedCompareExchangePointer((void* volatile*)(slot), (b), NULL) == NULL)
+#else
+#define DLPACK_REF_PRIV_SLOT_LOAD(slot) __atomic_load_n((slot), __ATOMIC_RELAXED)
+#define DLPACK_REF_PRIV_SLOT_TAKE(slot) __atomic_exchange_n((slot), (void*)NULL, __ATOMIC_ACQUIRE)
+static inline int dlpack_ref_priv_slot_give(void** slot, void* block) {
+    void* empty = NULL;
+    return __atomic_compare_exchange_n(slot, &empty, block, 0, __ATOMIC_RELEASE, __ATOMIC_RELAXED);
+}
+#define DLPACK_REF_PRIV_SLOT_GIVE(slot, b) dlpack_ref_priv_slot_give((slot), (b))
+#endif
+
+/* A block for a managed struct of `head` bytes (at most a versioned one's)
+ * with the shape and strides of `ndim` dimensions; NULL when out of memory. */
+static inline void* dlpack_ref_priv_counted_alloc(size_t head, int32_t ndim) {
+    int i;
+    if (ndim > DLPACK_REF_PRIV_CACHED_NDIM) return malloc(head + 2 * (size_t)ndim * sizeof(int64_t));
+    for (i = 0; i < DLPACK_REF_PRIV_CACHE_SLOTS; ++i) {
+        void* block;
+        if (DLPACK_REF_PRIV_SLOT_LOAD(&dlpack_ref_priv_block_cache[i]) == NULL) continue;
+        block = DLPACK_REF_PRIV_SLOT_TAKE(&dlpack_ref_priv_block_cache[i]);
+        if (block != NULL) return block;
+    }
+    return malloc(DLPACK_REF_PRIV_CACHED_BYTES);
+}
+
+/* Give a block of dlpack_ref_priv_counted_alloc back (kept, or freed). */
+static inline void dlpack_ref_priv_counted_free(void* block, int32_t ndim) {
+    int i;
+    if (ndim <= DLPACK_REF_PRIV_CACHED_NDIM)
+        for (i = 0; i < DLPACK_REF_PRIV_CACHE_SLOTS; ++i)
+            if (DLPACK_REF_PRIV_SLOT_LOAD(&dlpack_ref_priv_block_cache[i]) == NULL
+                    && DLPACK_REF_PRIV_SLOT_GIVE(&dlpack_ref_priv_block_cache[i], block))
+                return;
+    free(block);
+}
+
+/* The deleters of exports owned by a count: give the count back, give the
+ * block back (no Python allocator is involved). */
 static inline void dlpack_ref_api_delete_counted_versioned(DLManagedTensorVersioned* self) {
     dlpack_ref_counted_release((dlpack_ref_counted*)self->manager_ctx);
-    free(self);
+    dlpack_ref_priv_counted_free(self, self->dl_tensor.ndim);
 }
 
 static inline void dlpack_ref_api_delete_counted_legacy(DLManagedTensor* self) {
     dlpack_ref_counted_release((dlpack_ref_counted*)self->manager_ctx);
-    free(self);
+    dlpack_ref_priv_counted_free(self, self->dl_tensor.ndim);
 }
 
 /* The block of a versioned export of `t` holding one count of `memory`
  * (NULL with MemoryError). */
 static inline DLManagedTensorVersioned* dlpack_ref_api_counted_block(const DLTensor* t, dlpack_ref_counted* memory,
                                                                      uint64_t flags) {
-    DLManagedTensorVersioned* m = (DLManagedTensorVersioned*)malloc(
-        sizeof(DLManagedTensorVersioned) + 2 * (size_t)t->ndim * sizeof(int64_t));
+    DLManagedTensorVersioned* m = (DLManagedTensorVersioned*)dlpack_ref_priv_counted_alloc(
+        sizeof(DLManagedTensorVersioned), t->ndim);
     if (m == NULL) { PyErr_NoMemory(); return NULL; }
     dlpack_ref_counted_retain(memory);
     return dlpack_ref_priv_versioned(m, t, flags, memory, dlpack_ref_api_delete_counted_versioned);
@@ -725,7 +776,7 @@ static inline PyObject* dlpack_ref_export_versioned_counted(const DLTensor* tens
 static inline PyObject* dlpack_ref_export_legacy_counted(const DLTensor* tensor, dlpack_ref_counted* memory) {
     DLManagedTensor* m;
     if (dlpack_ref_priv_check_export(tensor) < 0) return NULL;
-    m = (DLManagedTensor*)malloc(sizeof(DLManagedTensor) + 2 * (size_t)tensor->ndim * sizeof(int64_t));
+    m = (DLManagedTensor*)dlpack_ref_priv_counted_alloc(sizeof(DLManagedTensor), tensor->ndim);
     if (m == NULL) { PyErr_NoMemory(); return NULL; }
     dlpack_ref_api_fill(&m->dl_tensor, tensor, (int64_t*)(m + 1));
     dlpack_ref_counted_retain(memory);
