@@ -31,7 +31,7 @@ cdef Array _copy_to(Array src, DLDevice target, object stream):
                                  (src._flags & DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED) != 0, copy_from)
     dst._device = target
     if src._device.device_type == kDLCPU and target.device_type == kDLCPU:
-        _host_copy(dst, src)
+        _host_copy(dst, src, True)
     else:
         _device_copy(dst, src, stream)
     return dst
@@ -55,8 +55,9 @@ cdef Array _host_readable(Array a):
     return a
 
 
-cdef int _host_copy(Array dst, Array src) except -1:
-    """Copy src into dst (same shape) on the host."""
+cdef int _host_copy(Array dst, Array src, bint fresh) except -1:
+    """Copy src into dst (same shape) on the host; `fresh`: dst was just
+    allocated (dlref_strided_copy)."""
     cdef int64_t bits = dlpack_ref_storage_bits(src._dtype, src._flags)
     cdef int64_t itemsize
     cdef int64_t src_b[DLPACK_REF_MAX_NDIM]
@@ -71,10 +72,10 @@ cdef int _host_copy(Array dst, Array src) except -1:
     itemsize = bits // 8
     for i in range(src._ndim):
         src_b[i] = dlref_byte_stride(src._strides[i], itemsize)
-    return _host_copy_from(dst, src._data, src_b, itemsize)
+    return _host_copy_from(dst, src._data, src_b, itemsize, fresh)
 
 
-cdef int _host_copy_from(Array dst, const char* src, const int64_t* src_b, int64_t itemsize) except -1:
+cdef int _host_copy_from(Array dst, const char* src, const int64_t* src_b, int64_t itemsize, bint fresh) except -1:
     """Copy host memory at src (dst's shape, byte strides src_b, itemsize
     bytes an item) into dst: small copies with the GIL held, the rest
     without it, shared out over the worker pool."""
@@ -86,11 +87,12 @@ cdef int _host_copy_from(Array dst, const char* src, const int64_t* src_b, int64
     for i in range(dst._ndim):
         dst_b[i] = dlref_byte_stride(dst._strides[i], itemsize)
     if count < _NOGIL_ELEMENTS:
-        dlref_strided_copy(dst._data, dst_b, src, src_b, dst._shape, dst._ndim, <size_t>itemsize, 1)
+        dlref_strided_copy(dst._data, dst_b, src, src_b, dst._shape, dst._ndim, <size_t>itemsize, 1, fresh)
     else:
         threads = _pool_threads()
         with nogil:
-            dlref_strided_copy(dst._data, dst_b, src, src_b, dst._shape, dst._ndim, <size_t>itemsize, threads)
+            dlref_strided_copy(dst._data, dst_b, src, src_b, dst._shape, dst._ndim, <size_t>itemsize, threads,
+                               fresh)
     return 0
 
 
@@ -152,7 +154,7 @@ cdef int _assign(Array dst, Array src) except -1:
     cdef Array b = _broadcast_to(src, dst)
     if dlpack_ref_device_host_accessible(dst._device.device_type) and dlpack_ref_device_host_accessible(b._device.device_type) \
             and dst._device.device_type == kDLCPU and b._device.device_type == kDLCPU:
-        _host_copy(dst, b)
+        _host_copy(dst, b, False)
     else:
         _device_copy(dst, b, None)
     return 0

@@ -17,6 +17,8 @@
 
 #define DLREF_HUGE_THRESHOLD ((size_t)2 << 20)
 #define DLREF_ALIGN 256
+/* From this size on a block is a fresh mapping (below). */
+#define DLREF_FRESH_MAPPING ((size_t)32 << 20)
 /* Bytes before the data that belong to the block's owner, ending with the
    word the block's own address is kept in (32-byte aligned, as the data). */
 #define DLREF_HEAD 32
@@ -41,7 +43,6 @@ static void dlref_aligned_free(void* p) { if (p != NULL) _aligned_free((char*)p 
    NumPy does. posix_memalign also costs about ten times a malloc for small
    blocks. The block's own address is kept in the word before the aligned
    one, so one free serves both. */
-#define DLREF_FRESH_MAPPING ((size_t)32 << 20)
 static void* dlref_aligned_alloc(size_t n) {
     void* raw = NULL;
     char* p;

@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include <stddef.h>
 #include <string.h>
+#include "dlref_alloc.h"
 #include "dlref_coalesce.h"
 #include "dlref_split.h"
 
@@ -113,7 +114,12 @@ static void dlref_copy_stream(char* d, const char* s, int64_t n) {
    longer fit in the last-level cache together, and stores that skip it
    run faster (on a 32 MiB L3: a[:, ::-1].copy() of 2048x2048 float32 in
    0.45 ms against 0.94 ms; 64 MiB dense in 2.5 ms against 3.3 ms), while
-   at 8 MiB they are 1.15x slower. */
+   at 8 MiB they are 1.15x slower. Not into memory just mapped (a new
+   destination of DLREF_FRESH_MAPPING bytes or more): the kernel zeroes each
+   page as the copy first touches it, through the cache, and streaming
+   stores over those cached zeros cost more than plain ones (a 64 MiB copy
+   into a new Array, one thread: 9.2 ms streamed, 5.9 ms cached; 1 GiB on two
+   threads: 113 ms against 58 ms). */
 #define DLREF_STREAM_BYTES ((int64_t)16 << 20)
 
 /* A tile-by-tile copy of the last two dimensions, for a source read across
@@ -216,11 +222,13 @@ static void dlref_copy_part(void* job, int part, int parts) {
    strides, same shape). Contiguous dimensions are merged first, so a dense
    copy is one memcpy (split into byte ranges over the pool). At most
    `threads` threads (1: this one only) share it, and only from
-   2 * dlref_pool_grain bytes moved on. Returns -1 (nothing done) when ndim
-   exceeds DLREF_MAX_NDIM. */
+   2 * dlref_pool_grain bytes moved on. `fresh`: the destination was just
+   allocated (dlref_aligned_alloc), so from DLREF_FRESH_MAPPING bytes on its
+   pages are new (no streaming stores, above). Returns -1 (nothing done) when
+   ndim exceeds DLREF_MAX_NDIM. */
 static int dlref_strided_copy(char* dst, const int64_t* dst_strides, const char* src,
                               const int64_t* src_strides, const int64_t* shape, int ndim, size_t itemsize,
-                              int threads) {
+                              int threads, int fresh) {
     int64_t sh[DLREF_MAX_NDIM], ds[DLREF_MAX_NDIM], ss[DLREF_MAX_NDIM];
     int64_t count = 1;
     int k, d, parts, stream;
@@ -231,7 +239,8 @@ static int dlref_strided_copy(char* dst, const int64_t* dst_strides, const char*
     dlref_read_forward(k, sh, ds, ss, &dst, &src);
     for (d = 0; d < k; ++d) count *= sh[d];
     parts = threads > 1 ? dlref_parts_for(count * (int64_t)itemsize * 2, threads) : 1;
-    stream = count * (int64_t)itemsize >= DLREF_STREAM_BYTES;
+    stream = count * (int64_t)itemsize >= DLREF_STREAM_BYTES
+             && !(fresh && count * (int64_t)itemsize >= (int64_t)DLREF_FRESH_MAPPING);
     if (parts <= 1) {
         dlref_copy_coalesced(dst, ds, src, ss, sh, k, itemsize, 0, 0, stream);
     } else {
