@@ -4,7 +4,8 @@ in one process, the compared calls interleaved (dlpack_ref.bench.timing).
     python benchmarks/bench_copies.py [--quick] [--big] [--only TEXT] [--json PATH] [--png PATH]
 
 Prints every case with its best reference (NumPy, PyTorch at its default
-threads, ml_dtypes), the measured ratio and its target (copies and
+threads, ml_dtypes; ``from_dlpack(ndarray, copy=True)`` beside NumPy's
+``x.copy()`` and PyTorch's ``t.clone()``), the measured ratio and its target (copies and
 conversions of NumPy data: 1.0 from 1 MiB on, 1.1 below), the same case
 with dlpack_ref on one thread against NumPy beside it, the peak memory of conversions (VmHWM of
 this process, reset before each), and saves benchmarks/results/copies.json
@@ -62,6 +63,12 @@ def copy_cases(big: bool) -> list:
         cases.append(("contiguous copy", f"numpy.from_dlpack(Array, copy=True) {label}",
                       lambda a=a: np.from_dlpack(a, copy=True), {"numpy": lambda n=n: np.from_dlpack(n, copy=True)},
                       size_target(size)))
+        # The consumer's copy=True of another library's CPU array: asked for
+        # in place and copied by dlpack_ref on its pool, against the copies
+        # users would make instead.
+        cases.append(("contiguous copy", f"from_dlpack(ndarray, copy=True) {label}",
+                      lambda n=n: dr.from_dlpack(n, copy=True),
+                      with_torch({"numpy": n.copy}, lambda t=t: t.clone()), size_target(size)))
     n2 = np.ones((2048, 2048), np.float32)
     a2 = dr.from_dlpack(n2)
     t2 = torch.from_numpy(n2) if torch is not None else None

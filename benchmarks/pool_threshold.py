@@ -7,14 +7,14 @@ The threshold is the smallest size from which two threads beat one by at
 least 10 % (the geometric mean of the cases' ratios at most 0.9) and no
 case is slower split, at that size and at every larger one. Where no size gains that much (a machine whose
 other processes leave no core free), the break-even size stands in: the
-smallest from which the geometric mean stays at most 1.05. The core's grain (DLREF_POOL_GRAIN in src/dlref_kernels.h: the least bytes a part
+smallest from which the geometric mean stays at most 1.05. The core's grain (DLREF_POOL_GRAIN in src/dlref_split.h: the least bytes a part
 moves) is half of it. Results: benchmarks/results/pool_threshold.json and
 docs/benchmarks.md, "Worker pool threshold".
 
     python benchmarks/pool_threshold.py [--quick] [--runs N] [--threads N] [--json PATH]
 
 Copies and conversions of fewer than 2**14 elements keep the GIL and never
-split (_NOGIL_ELEMENTS in src/_array.pxi), so the sweep starts there.
+split (_NOGIL_ELEMENTS in src/_copies.pxi), so the sweep starts there.
 """
 
 from __future__ import annotations

@@ -24,15 +24,25 @@
  * exception set, and needs the GIL (or, free-threaded, an attached thread
  * state); deleters and capsule destructors need neither.
  *
- * Contents:
+ * Contents, in order:
  *   - the capsule names and limits of the Python protocol
+ *   - small helpers (private)
  *   - sizes: storage bits, bytes, element count, byte span
  *   - the checks, one rule each: dlpack_check_*
  *   - export: the one allocation block, its deleters, capsule destructors
+ *   - export of memory owned by a C reference count (dlpack_ref_counted):
+ *     deleters that need no Python
  *   - import: claiming a capsule, adopting and releasing a managed tensor,
- *     the exchange table of a type, importing any producer
- *   - dlpack_ref.Array, through its exchange table (only these two need
- *     dlpack-ref installed)
+ *     the exchange table of a type, importing any capsule
+ *   - fast calls: interned names, memoized method and table lookups
+ *   - calls into another library's exchange table
+ *   - devices and arguments of the producer protocol (the stream rule)
+ *   - the producer protocol: __dlpack__ and __dlpack_device__ (its plan,
+ *     then the capsule owned by a Python object or by a count)
+ *   - the exchange-table builder: __dlpack_c_exchange_api__ of an adopter's type
+ *   - the consumer protocol: from_dlpack(x, /, *, device=None, copy=None)
+ *   - dlpack_ref.Array, through its exchange table (only these two calls
+ *     need dlpack-ref installed)
  */
 #ifndef DLPACK_REF_H
 #define DLPACK_REF_H
@@ -44,6 +54,9 @@
 #include <string.h>
 #include "dlpack.h"
 #include "dlpack_ref_tables.h"
+#if defined(_MSC_VER) && !defined(__clang__)
+#include <intrin.h>
+#endif
 
 #ifdef __cplusplus
 extern "C" {
@@ -556,20 +569,28 @@ static inline void dlpack_ref_api_fill(DLTensor* into, const DLTensor* t, int64_
     }
 }
 
+/* Fill a versioned export's block: version 1.3, `flags`, t's metadata with
+ * shape and strides in the block, the manager and its deleter. */
+static inline DLManagedTensorVersioned* dlpack_ref_priv_versioned(DLManagedTensorVersioned* m, const DLTensor* t,
+                                                                  uint64_t flags, void* manager,
+                                                                  void (*deleter)(DLManagedTensorVersioned*)) {
+    m->version.major = DLPACK_MAJOR_VERSION;
+    m->version.minor = DLPACK_MINOR_VERSION;
+    m->flags = flags;
+    dlpack_ref_api_fill(&m->dl_tensor, t, (int64_t*)(m + 1));
+    m->manager_ctx = manager;
+    m->deleter = deleter;
+    return m;
+}
+
 /* The block of a versioned export owning one reference to `owner`. */
 static inline DLManagedTensorVersioned* dlpack_ref_api_versioned_block(const DLTensor* t, PyObject* owner,
                                                                        uint64_t flags) {
     DLManagedTensorVersioned* m = (DLManagedTensorVersioned*)dlpack_ref_priv_export_block(
         sizeof(DLManagedTensorVersioned), t->ndim);
     if (m == NULL) return NULL;
-    m->version.major = DLPACK_MAJOR_VERSION;
-    m->version.minor = DLPACK_MINOR_VERSION;
-    m->flags = flags;
-    dlpack_ref_api_fill(&m->dl_tensor, t, (int64_t*)(m + 1));
     Py_INCREF(owner);
-    m->manager_ctx = owner;
-    m->deleter = dlpack_ref_api_delete_versioned;
-    return m;
+    return dlpack_ref_priv_versioned(m, t, flags, owner, dlpack_ref_api_delete_versioned);
 }
 
 /* A capsule owning an existing managed tensor (deleted if that fails). */
@@ -627,6 +648,141 @@ static inline PyObject* dlpack_ref_export_versioned(const DLTensor* tensor, PyOb
 static inline PyObject* dlpack_ref_export_legacy(const DLTensor* tensor, PyObject* owner) {
     if (dlpack_ref_priv_check_export(tensor) < 0) return NULL;
     return dlpack_ref_api_new_legacy(tensor, owner);
+}
+
+/* --- export of memory owned by a C reference count ------------------------
+ * Memory whose release needs no Python (a library's own host allocation) can
+ * be owned by a dlpack_ref_counted: a reference count and the function that
+ * frees the memory when it reaches 0. The array holds one count and each
+ * export of the memory another, so an export keeps the memory alive, not the
+ * array object: its deleter only gives its count back (and frees the memory
+ * at 0) and gives its block back (kept for reuse, or freed). It needs no
+ * GIL, no thread state and no interpreter: it is safe on any thread at any time, during and
+ * after finalization included. Memory a Python object owns is exported with
+ * that object as the owner (above). */
+
+/* An owner with a C reference count. `refs` counts the holders (the array,
+ * each export); whoever takes it to 0 calls `release`, once, on whatever
+ * thread that is, with no Python: it frees the memory and the count. */
+typedef struct dlpack_ref_counted {
+    int64_t refs;
+    void (*release)(struct dlpack_ref_counted* self);
+} dlpack_ref_counted;
+
+/* One more holder (atomic: any thread may hold and let go of counts at once). */
+static inline void dlpack_ref_counted_retain(dlpack_ref_counted* c) {
+#if defined(_MSC_VER) && !defined(__clang__)
+    _InterlockedIncrement64((volatile __int64*)&c->refs);
+#else
+    __atomic_fetch_add(&c->refs, 1, __ATOMIC_RELAXED);
+#endif
+}
+
+/* One holder fewer; the last one calls c->release. */
+static inline void dlpack_ref_counted_release(dlpack_ref_counted* c) {
+#if defined(_MSC_VER) && !defined(__clang__)
+    if (_InterlockedDecrement64((volatile __int64*)&c->refs) == 0) c->release(c);
+#else
+    if (__atomic_fetch_sub(&c->refs, 1, __ATOMIC_ACQ_REL) == 1) c->release(c);
+#endif
+}
+
+/* The blocks of exports owned by a count come from malloc, not Python's
+ * allocator (their deleter has no interpreter to give them back to), and
+ * those of up to DLPACK_REF_PRIV_CACHED_NDIM dimensions (one size) are kept
+ * for reuse in a few slots of this translation unit, each taken and given
+ * back with one atomic exchange, no lock and no Python, on any thread: a
+ * malloc and free pair costs about 120 instructions, a slot about 10. */
+#define DLPACK_REF_PRIV_CACHED_NDIM 4
+#define DLPACK_REF_PRIV_CACHE_SLOTS 8
+#define DLPACK_REF_PRIV_CACHED_BYTES \
+    (sizeof(DLManagedTensorVersioned) + 2 * DLPACK_REF_PRIV_CACHED_NDIM * sizeof(int64_t))
+static void* dlpack_ref_priv_block_cache[DLPACK_REF_PRIV_CACHE_SLOTS];
+
+#if defined(_MSC_VER) && !defined(__clang__)
+#define DLPACK_REF_PRIV_SLOT_LOAD(slot) (*(void* volatile*)(slot))
+#define DLPACK_REF_PRIV_SLOT_TAKE(slot) _InterlockedExchangePointer((void* volatile*)(slot), NULL)
+#define DLPACK_REF_PRIV_SLOT_GIVE(slot, b) (_InterlockedCompareExchangePointer((void* volatile*)(slot), (b), NULL) == NULL)
+#else
+#define DLPACK_REF_PRIV_SLOT_LOAD(slot) __atomic_load_n((slot), __ATOMIC_RELAXED)
+#define DLPACK_REF_PRIV_SLOT_TAKE(slot) __atomic_exchange_n((slot), (void*)NULL, __ATOMIC_ACQUIRE)
+static inline int dlpack_ref_priv_slot_give(void** slot, void* block) {
+    void* empty = NULL;
+    return __atomic_compare_exchange_n(slot, &empty, block, 0, __ATOMIC_RELEASE, __ATOMIC_RELAXED);
+}
+#define DLPACK_REF_PRIV_SLOT_GIVE(slot, b) dlpack_ref_priv_slot_give((slot), (b))
+#endif
+
+/* A block for a managed struct of `head` bytes (at most a versioned one's)
+ * with the shape and strides of `ndim` dimensions; NULL when out of memory. */
+static inline void* dlpack_ref_priv_counted_alloc(size_t head, int32_t ndim) {
+    int i;
+    if (ndim > DLPACK_REF_PRIV_CACHED_NDIM) return malloc(head + 2 * (size_t)ndim * sizeof(int64_t));
+    for (i = 0; i < DLPACK_REF_PRIV_CACHE_SLOTS; ++i) {
+        void* block;
+        if (DLPACK_REF_PRIV_SLOT_LOAD(&dlpack_ref_priv_block_cache[i]) == NULL) continue;
+        block = DLPACK_REF_PRIV_SLOT_TAKE(&dlpack_ref_priv_block_cache[i]);
+        if (block != NULL) return block;
+    }
+    return malloc(DLPACK_REF_PRIV_CACHED_BYTES);
+}
+
+/* Give a block of dlpack_ref_priv_counted_alloc back (kept, or freed). */
+static inline void dlpack_ref_priv_counted_free(void* block, int32_t ndim) {
+    int i;
+    if (ndim <= DLPACK_REF_PRIV_CACHED_NDIM)
+        for (i = 0; i < DLPACK_REF_PRIV_CACHE_SLOTS; ++i)
+            if (DLPACK_REF_PRIV_SLOT_LOAD(&dlpack_ref_priv_block_cache[i]) == NULL
+                    && DLPACK_REF_PRIV_SLOT_GIVE(&dlpack_ref_priv_block_cache[i], block))
+                return;
+    free(block);
+}
+
+/* The deleters of exports owned by a count: give the count back, give the
+ * block back (no Python allocator is involved). */
+static inline void dlpack_ref_api_delete_counted_versioned(DLManagedTensorVersioned* self) {
+    dlpack_ref_counted_release((dlpack_ref_counted*)self->manager_ctx);
+    dlpack_ref_priv_counted_free(self, self->dl_tensor.ndim);
+}
+
+static inline void dlpack_ref_api_delete_counted_legacy(DLManagedTensor* self) {
+    dlpack_ref_counted_release((dlpack_ref_counted*)self->manager_ctx);
+    dlpack_ref_priv_counted_free(self, self->dl_tensor.ndim);
+}
+
+/* The block of a versioned export of `t` holding one count of `memory`
+ * (NULL with MemoryError). */
+static inline DLManagedTensorVersioned* dlpack_ref_api_counted_block(const DLTensor* t, dlpack_ref_counted* memory,
+                                                                     uint64_t flags) {
+    DLManagedTensorVersioned* m = (DLManagedTensorVersioned*)dlpack_ref_priv_counted_alloc(
+        sizeof(DLManagedTensorVersioned), t->ndim);
+    if (m == NULL) { PyErr_NoMemory(); return NULL; }
+    dlpack_ref_counted_retain(memory);
+    return dlpack_ref_priv_versioned(m, t, flags, memory, dlpack_ref_api_delete_counted_versioned);
+}
+
+/* A `dltensor_versioned` capsule describing `tensor` (shape and strides
+ * copied, NULL strides made row-major), holding one count of `memory`. */
+static inline PyObject* dlpack_ref_export_versioned_counted(const DLTensor* tensor, dlpack_ref_counted* memory,
+                                                           uint64_t flags) {
+    DLManagedTensorVersioned* m;
+    if (dlpack_ref_priv_check_export(tensor) < 0) return NULL;
+    m = dlpack_ref_api_counted_block(tensor, memory, flags);
+    return m == NULL ? NULL : dlpack_ref_api_wrap_versioned(m);
+}
+
+/* A legacy `dltensor` capsule describing `tensor`, holding one count of
+ * `memory`. */
+static inline PyObject* dlpack_ref_export_legacy_counted(const DLTensor* tensor, dlpack_ref_counted* memory) {
+    DLManagedTensor* m;
+    if (dlpack_ref_priv_check_export(tensor) < 0) return NULL;
+    m = (DLManagedTensor*)dlpack_ref_priv_counted_alloc(sizeof(DLManagedTensor), tensor->ndim);
+    if (m == NULL) { PyErr_NoMemory(); return NULL; }
+    dlpack_ref_api_fill(&m->dl_tensor, tensor, (int64_t*)(m + 1));
+    dlpack_ref_counted_retain(memory);
+    m->manager_ctx = memory;
+    m->deleter = dlpack_ref_api_delete_counted_legacy;
+    return dlpack_ref_api_wrap_legacy(m);
 }
 
 /* --- import: capsule or producer -> owned tensor --------------------------- */
@@ -1443,82 +1599,127 @@ static inline uint64_t dlpack_ref_priv_export_flags(const dlpack_ref_producer* p
     return (p->flags & DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED) | (p->read_only ? DLPACK_FLAG_BITMASK_READ_ONLY : 0);
 }
 
+/* What a __dlpack__ call exports, decided but not yet made: the tensor the
+ * capsule will describe and what keeps its memory alive. Made by
+ * dlpack_ref_producer_plan, used once by one of the dlpack_ref_export_plan*
+ * calls (or dropped with dlpack_ref_export_plan_drop); not to be copied
+ * (`tensor` may point into it). */
+typedef struct dlpack_ref_export_plan {
+    const DLTensor* tensor;   /* the array's memory as it is, or the copy (`copied`) */
+    PyObject* owner;          /* keeps tensor's memory alive: p->owner (borrowed), or the copy's owner */
+    PyObject* copy_owner;     /* the copy's owner, a reference the export gives back; NULL: no copy */
+    uint64_t flags;           /* the capsule's flags */
+    int versioned;            /* 1: dltensor_versioned, 0: a legacy dltensor */
+    DLTensor copied;          /* the copy's description (its shape and strides are the copy owner's) */
+} dlpack_ref_export_plan;
+
 /* __dlpack__(*, stream=None, max_version=None, dl_device=None, copy=None)
- * of the array `p` describes, its arguments already unpacked: every argument
- * checked (TypeError for a wrong type, ValueError for a bad value), a legacy
- * or a versioned capsule chosen by max_version, a copy made through p->copy
- * when copy=True or dl_device cannot use the memory in place (IS_COPIED set;
- * copy=False then raises CopyForbiddenError), the consumer's stream ordered
- * through p->order otherwise, READ_ONLY set for a read-only array. Returns
- * the capsule (new reference) or NULL with the error set. */
-static inline PyObject* dlpack_ref_producer_export(const dlpack_ref_producer* p, PyObject* stream,
-                                                   PyObject* max_version, PyObject* dl_device, PyObject* copy) {
-    DLTensor copied;
-    const DLTensor* src = &p->tensor;
-    PyObject* owner = p->owner;
-    PyObject* copy_owner = NULL;
-    PyObject* capsule;
-    uint64_t flags;
+ * of the array `p` describes, its arguments already unpacked, up to the
+ * capsule: every argument checked (TypeError for a wrong type, ValueError
+ * for a bad value), a legacy or a versioned capsule chosen by max_version, a
+ * copy made through p->copy when copy=True or dl_device cannot use the
+ * memory in place (IS_COPIED set; copy=False then raises
+ * CopyForbiddenError), the consumer's stream ordered through p->order
+ * otherwise, READ_ONLY set for a read-only array, a legacy export refused
+ * where it cannot say what it holds. 0 with *plan filled, or -1 with the
+ * error set (and nothing held). */
+static inline int dlpack_ref_producer_plan(const dlpack_ref_producer* p, PyObject* stream, PyObject* max_version,
+                                           PyObject* dl_device, PyObject* copy, dlpack_ref_export_plan* plan) {
     int64_t stream_value = 1;
     int versioned, cuda_family;
     DLDevice target;
+    plan->tensor = &p->tensor;
+    plan->owner = p->owner;
+    plan->copy_owner = NULL;
     if (max_version == Py_None && stream == Py_None && dl_device == Py_None && copy == Py_None) {
         /* The oldest consumers' call, and a hot one: with no stream work to
            order (not CUDA-family memory, or no order callback) nothing is left
            to decide but the legacy capsule's limits. */
         if (!(dlpack_ref_device_cuda_family((int32_t)p->tensor.device.device_type) && p->order != NULL)) {
-            flags = dlpack_ref_priv_export_flags(p);
-            if (dlpack_ref_check_legacy_export(&p->tensor, flags, owner) < 0) return NULL;
-            return dlpack_ref_export_legacy(&p->tensor, owner);
+            plan->flags = dlpack_ref_priv_export_flags(p);
+            plan->versioned = 0;
+            return dlpack_ref_check_legacy_export(&p->tensor, plan->flags, p->owner);
         }
     }
     versioned = dlpack_ref_wants_versioned(max_version);
-    if (versioned < 0 || dlpack_ref_check_copy_arg(copy) < 0) return NULL;
+    if (versioned < 0 || dlpack_ref_check_copy_arg(copy) < 0) return -1;
+    plan->versioned = versioned;
     cuda_family = dlpack_ref_device_cuda_family((int32_t)p->tensor.device.device_type);
-    if (stream != Py_None && dlpack_ref_stream_value(stream, cuda_family, p->tensor.device, owner, &stream_value) < 0)
-        return NULL;
-    flags = dlpack_ref_priv_export_flags(p);
+    if (stream != Py_None && dlpack_ref_stream_value(stream, cuda_family, p->tensor.device, p->owner, &stream_value) < 0)
+        return -1;
+    plan->flags = dlpack_ref_priv_export_flags(p);
     if (dl_device == Py_None && copy != Py_True) {
         if (cuda_family && p->order != NULL && stream_value != -1
                 && p->order(p->ctx, &p->tensor, stream, stream_value) < 0)
-            return NULL;
+            return -1;
     } else {
         if (dl_device == Py_None) target = p->tensor.device;
-        else if (dlpack_ref_parse_dl_device(dl_device, &target) < 0) return NULL;
+        else if (dlpack_ref_parse_dl_device(dl_device, &target) < 0) return -1;
         if (copy == Py_True || !dlpack_ref_can_access(target, p->tensor.device)) {
-            if (copy == Py_False) {
-                dlpack_ref_refuse_copy(p->tensor.device, target, 0);
-                return NULL;
-            }
+            if (copy == Py_False) return dlpack_ref_refuse_copy(p->tensor.device, target, 0);
             if (p->copy == NULL) {
-                PyObject* tn = dlpack_ref_priv_type_name(owner);
+                PyObject* tn = dlpack_ref_priv_type_name(p->owner);
                 PyObject* where = tn == NULL ? NULL : dlpack_ref_device_str(target);
                 if (where != NULL)
                     PyErr_Format(PyExc_BufferError, "this %U cannot be copied (asked for a copy on %U)", tn, where);
                 Py_XDECREF(tn);
                 Py_XDECREF(where);
-                return NULL;
+                return -1;
             }
-            if (p->copy(p->ctx, &p->tensor, target, stream, stream_value, &copied, &copy_owner) < 0) return NULL;
-            src = &copied;
-            owner = copy_owner;
+            if (p->copy(p->ctx, &p->tensor, target, stream, stream_value, &plan->copied, &plan->copy_owner) < 0)
+                return -1;
+            plan->tensor = &plan->copied;
+            plan->owner = plan->copy_owner;
             /* A copy is fresh memory: writable, laid out by the copy. */
-            flags = DLPACK_FLAG_BITMASK_IS_COPIED
-                    | ((int64_t)copied.dtype.bits * copied.dtype.lanes < 8 ? (p->flags & DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED) : 0);
+            plan->flags = DLPACK_FLAG_BITMASK_IS_COPIED
+                          | ((int64_t)plan->copied.dtype.bits * plan->copied.dtype.lanes < 8
+                             ? (p->flags & DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED) : 0);
         } else if (cuda_family && p->order != NULL && stream_value != -1
                    && p->order(p->ctx, &p->tensor, stream, stream_value) < 0) {
-            return NULL;
+            return -1;
         }
     }
-    if (versioned) {
-        capsule = dlpack_ref_export_versioned(src, owner, flags);
-    } else if (dlpack_ref_check_legacy_export(src, flags, owner) < 0) {
-        capsule = NULL;
-    } else {
-        capsule = dlpack_ref_export_legacy(src, owner);
+    if (!versioned && dlpack_ref_check_legacy_export(plan->tensor, plan->flags, plan->owner) < 0) {
+        Py_CLEAR(plan->copy_owner);
+        return -1;
     }
-    Py_XDECREF(copy_owner);
+    return 0;
+}
+
+/* Drop a plan that will not be exported (gives the copy's owner back). */
+static inline void dlpack_ref_export_plan_drop(dlpack_ref_export_plan* plan) {
+    Py_CLEAR(plan->copy_owner);
+}
+
+/* The capsule of a plan, owned by plan->owner (a reference to it kept until
+ * the consumer's deleter call); the plan is used up. */
+static inline PyObject* dlpack_ref_export_plan_capsule(dlpack_ref_export_plan* plan) {
+    PyObject* capsule = plan->versioned ? dlpack_ref_export_versioned(plan->tensor, plan->owner, plan->flags)
+                                        : dlpack_ref_export_legacy(plan->tensor, plan->owner);
+    Py_XDECREF(plan->copy_owner);
     return capsule;
+}
+
+/* The capsule of a plan whose memory (plan->tensor's: the array's, or the
+ * copy's) is owned by the count `memory`, which the capsule holds one of
+ * instead of plan->owner: its deleter needs no Python. The plan is used up. */
+static inline PyObject* dlpack_ref_export_plan_capsule_counted(dlpack_ref_export_plan* plan,
+                                                               dlpack_ref_counted* memory) {
+    PyObject* capsule = plan->versioned ? dlpack_ref_export_versioned_counted(plan->tensor, memory, plan->flags)
+                                        : dlpack_ref_export_legacy_counted(plan->tensor, memory);
+    Py_XDECREF(plan->copy_owner);
+    return capsule;
+}
+
+/* __dlpack__(*, stream=None, max_version=None, dl_device=None, copy=None)
+ * of the array `p` describes, its arguments already unpacked: the capsule of
+ * dlpack_ref_producer_plan's decision, owned by p->owner (or the copy's
+ * owner). Returns the capsule (new reference) or NULL with the error set. */
+static inline PyObject* dlpack_ref_producer_export(const dlpack_ref_producer* p, PyObject* stream,
+                                                   PyObject* max_version, PyObject* dl_device, PyObject* copy) {
+    dlpack_ref_export_plan plan;
+    if (dlpack_ref_producer_plan(p, stream, max_version, dl_device, copy, &plan) < 0) return NULL;
+    return dlpack_ref_export_plan_capsule(&plan);
 }
 
 /* Which of __dlpack__'s four keyword-only arguments `key` names: 0 stream,
@@ -2220,6 +2421,23 @@ static inline int dlpack_ref_consumer_source_or_plain(PyObject* x, const DLPackE
     return 1 + by_table;
 }
 
+/* x.__dlpack__(max_version=(1, 3), stream=stream, dl_device=dl_device,
+ * copy=copy), the last three passed when not NULL or None, and for a
+ * producer older than DLPack 1.0 (TypeError) the legacy call with the
+ * stream alone (*legacy is then 1). New reference, NULL with the error set. */
+static inline PyObject* dlpack_ref_priv_request(PyObject* x, PyObject* stream, PyObject* dl_device, PyObject* copy,
+                                                int* legacy) {
+    PyObject* capsule = dlpack_ref_priv_call_dlpack(x, 1, stream, dl_device, copy);
+    *legacy = 0;
+    if (capsule == NULL && PyErr_ExceptionMatches(PyExc_TypeError)) {
+        /* A producer older than DLPack 1.0: no max_version, dl_device or copy. */
+        PyErr_Clear();
+        *legacy = 1;
+        capsule = dlpack_ref_priv_call_dlpack(x, 0, stream, NULL, NULL);
+    }
+    return capsule;
+}
+
 /* x.__dlpack__(max_version=(1, 3), stream=stream, dl_device=*target,
  * copy=copy) for the request dlpack_ref_consumer_source began (`target`
  * NULL: no device asked; stream and copy None when not asked), the tensor
@@ -2232,16 +2450,14 @@ static inline int dlpack_ref_consumer_source_or_plain(PyObject* x, const DLPackE
 static inline int dlpack_ref_consumer_call(PyObject* x, PyObject* stream, const DLDevice* target, PyObject* copy,
                                            DLDevice source, DLPackRefTensor* out, int* producer_did_it) {
     PyObject *capsule, *dl_device = NULL;
+    int legacy;
     *producer_did_it = 1;
     if (target != NULL
             && (dl_device = Py_BuildValue("(ii)", (int)target->device_type, (int)target->device_id)) == NULL)
         return -1;
-    capsule = dlpack_ref_priv_call_dlpack(x, 1, stream, dl_device, copy);
-    if (capsule == NULL && PyErr_ExceptionMatches(PyExc_TypeError)) {
-        /* A producer older than DLPack 1.0: no max_version, dl_device or copy. */
-        PyErr_Clear();
+    capsule = dlpack_ref_priv_request(x, stream, dl_device, copy, &legacy);
+    if (legacy) {
         *producer_did_it = 0;
-        capsule = dlpack_ref_priv_call_dlpack(x, 0, stream, NULL, NULL);
     } else if (capsule == NULL && (target != NULL || (copy != NULL && copy != Py_None))
                && (PyErr_ExceptionMatches(PyExc_BufferError) || PyErr_ExceptionMatches(PyExc_ValueError))) {
         /* It cannot move or copy as asked: the plain request, the rest here.
@@ -2254,6 +2470,26 @@ static inline int dlpack_ref_consumer_call(PyObject* x, PyObject* stream, const 
     if (dlpack_ref_priv_take_returned(capsule, out) < 0) return -1;
     if ((target == NULL || !*producer_did_it) && dlpack_ref_priv_check_announced(x, out, source) < 0) return -1;
     return 0;
+}
+
+/* The plain request with the stream (x.__dlpack__(max_version=(1, 3),
+ * stream=stream), the legacy call on TypeError), for a consumer that makes
+ * copy=True's copy itself from the producer's tensor in place: 1 with the
+ * tensor taken into *out (it must be on `source`, the announced device: a
+ * refusal runs the deleter); 0 when the producer refuses to export in place
+ * (BufferError from its __dlpack__, cleared: ask it for its copy with
+ * dlpack_ref_consumer_call); -1 with the error set. */
+static inline int dlpack_ref_consumer_call_in_place(PyObject* x, PyObject* stream, DLDevice source,
+                                                    DLPackRefTensor* out) {
+    int legacy;
+    PyObject* capsule = dlpack_ref_priv_request(x, stream, NULL, NULL, &legacy);
+    if (capsule == NULL && PyErr_ExceptionMatches(PyExc_BufferError)) {
+        PyErr_Clear();
+        return 0;
+    }
+    if (dlpack_ref_priv_take_returned(capsule, out) < 0) return -1;
+    if (dlpack_ref_priv_check_announced(x, out, source) < 0) return -1;
+    return 1;
 }
 
 /* What copy= and the target ask of a taken tensor (on `mem`, with the

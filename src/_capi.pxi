@@ -5,9 +5,11 @@
 cdef extern from "dlref_kernels.h":
     void* dlref_aligned_alloc(size_t n) nogil
     void dlref_aligned_free(void* p) nogil
+    int dlref_coalesce(int ndim, const int64_t* shape, const int64_t* s1, const int64_t* s2,
+                       int64_t* oshape, int64_t* o1, int64_t* o2) nogil
     int dlref_strided_copy(char* dst, const int64_t* dst_strides, const char* src,
                            const int64_t* src_strides, const int64_t* shape, int ndim,
-                           size_t itemsize, int threads) nogil
+                           size_t itemsize, int threads, bint fresh) nogil
     int dlref_type_id(int code, int bits, int lanes) nogil
     int64_t dlref_convert(char* dst, const int64_t* dst_strides, int dt, const char* src,
                           const int64_t* src_strides, int st, int src_bits, const int64_t* shape,

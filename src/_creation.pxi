@@ -280,7 +280,7 @@ cdef Array _ndarray_read_copy(object obj):
     cpu.device_type = kDLCPU
     cpu.device_id = 0
     cdef Array a = _empty_dims(dims, nd, dt, cpu)
-    _host_copy_from(a, head.data, src_b, itemsize)
+    _host_copy_from(a, head.data, src_b, itemsize, True)
     return a
 
 

@@ -77,18 +77,19 @@ def can_access(device, memory_device):
 
 # --- CUDA, loaded only when a CUDA device is involved ------------------------
 
-# Neither import loads cuda-python or a driver.
-from dlpack_ref import _cuda_streams
+# The record of pending work, made for every Array on CUDA-family memory;
+# its import loads neither cuda-python nor a driver.
 from dlpack_ref._cuda_streams import PendingWork as _PendingWork
 
 cdef object _cuda_module = None
 
 cdef object _cuda():
-    """The dlpack_ref.cuda module; its import names what is missing
-    (cuda-python, the driver, or a device) when CUDA cannot be used."""
+    """dlpack_ref._cuda_layer, the calls into the CUDA layer, once the
+    driver is loaded (CUDAUnavailableError names what is missing:
+    cuda-python, the driver, or a device)."""
     global _cuda_module
     if _cuda_module is None:
-        from dlpack_ref import cuda as mod
+        from dlpack_ref import _cuda_layer as mod
         mod.require()
         _cuda_module = mod
     return _cuda_module

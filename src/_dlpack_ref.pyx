@@ -4,10 +4,11 @@
 (import) and the DLPack 1.3 C exchange API table, in one extension built
 from the ordered list of concept files below.
 
-Every DLPack rule a consumer must check is in dlpack_ref_api.pxd, the
-vendorable Cython API, which this module cimports: libraries that vendor it
-get the reference's own checks. Capsule names, flags, the version and the
-limits are spelled once, in dlpack.pxd.
+Every DLPack rule is written once, in include/dlpack_ref.h, the vendorable
+protocol in C; this module calls those very functions through their Cython
+declarations in dlpack_ref_api.pxd, so libraries that vendor the header get
+the reference's own checks. Capsule names, flags, the version and the limits
+are spelled once, in the header, and declared for Cython in dlpack.pxd.
 """
 
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t, uintptr_t, INT64_MAX
@@ -25,17 +26,29 @@ from cpython.pycapsule cimport (
 )
 from cpython.ref cimport Py_INCREF, Py_DECREF
 
+cimport cython
+
 from dlpack cimport *
 from dlpack_ref_api cimport *
 
-# C-only helpers: aligned host memory, strided copies, the testing trampolines.
+# C-only helpers: the C kernels' declarations (src/dlref_kernels.h), the pool's threads, testing trampolines.
 include "_capi.pxi"
 # Devices: Device objects, parsing, the device families, the in-place access table.
 include "_devices.pxi"
-# Dtypes: element sizes and buffer-protocol formats, from the one dtype table.
+# Dtypes: element sizes, buffer-protocol formats, the DLDataType of any dtype object.
 include "_dtypes.pxi"
-# The Array: metadata, views and indexing, allocation, copies, assignment.
+# The Array: its fields, metadata, Python scalars, and the views the other files make.
 include "_array.pxi"
+# Allocation: new C-contiguous Arrays on the host or a device of the CUDA family.
+include "_allocation.pxi"
+# Indexing: integers, slices, Ellipsis and None as views; iteration.
+include "_indexing.pxi"
+# Copies: a copy on any device, host copies and conversions on the pool, assignment.
+include "_copies.pxi"
+# CUDA copies: pending work of CUDA-family memory, host waits, device transfers.
+include "_cuda_copies.pxi"
+# Python values in: scalars and nested sequences, written by the C kernels.
+include "_values.pxi"
 # Export: __dlpack__ arguments, the buffer protocol, the one allocation per capsule.
 include "_export.pxi"
 # Import: capsule intake, from_dlpack, inspect, buffer import.

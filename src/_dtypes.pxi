@@ -1,7 +1,7 @@
 # Dtypes: which DLDataTypes the core holds (every DLPack 1.3 type: the
-# universal check is the policy), element sizes, and buffer-protocol formats
-# both ways; the lookups are generated from python/dlpack_ref/_dtypes.py into
-# dlpack_ref_tables.h.
+# universal check is the policy), element sizes, buffer-protocol formats
+# both ways (the lookups are generated from python/dlpack_ref/_dtypes.py into
+# dlpack_ref_tables.h), and the DLDataType of any dtype object, cached.
 
 from dlpack_ref._dtypes import from_triple as _dtype_from_triple, as_dtype as _as_dtype, result_type as _result_type
 from dlpack_ref._dtypes import DType as _DType
@@ -50,3 +50,45 @@ cdef inline DLDataType _dldatatype_of_key(uint32_t key) noexcept:
 
 
 cdef object _BYTEORDER = __import__("sys").byteorder
+
+
+
+# --- the DLDataType of a dtype object (cached) -----------------------------
+
+cdef dict _dldtype_cache = {}
+
+cdef DLDataType _dldtype(object dtype) except *:
+    """The DLDataType of anything as_dtype accepts (cached per hashable key)."""
+    cdef DLDataType dt
+    if type(dtype) is _DType:
+        # Read as it is: hashing a DType for the cache runs its Python __hash__.
+        dt.code = <uint8_t>dtype.code
+        dt.bits = <uint8_t>dtype.bits
+        dt.lanes = <uint16_t>dtype.lanes
+        return dt
+    try:
+        triple = _dldtype_cache.get(dtype)
+    except TypeError:
+        triple = None
+    if triple is None:
+        triple = _as_dtype(dtype).__dlpack_data_type__()
+        try:
+            _dldtype_cache[dtype] = triple
+        except TypeError:
+            pass
+    dt.code = <uint8_t>triple[0]
+    dt.bits = <uint8_t>triple[1]
+    dt.lanes = <uint16_t>triple[2]
+    return dt
+
+
+cdef dict _dtype_names = {}
+
+cdef bytes _dtype_name_bytes(DLDataType dt):
+    """The dtype's name for the kernels' messages (cached)."""
+    cdef uint32_t key = (<uint32_t>dt.code << 24) | (<uint32_t>dt.bits << 16) | dt.lanes
+    name = _dtype_names.get(key)
+    if name is None:
+        name = _dtype_from_triple(dt.code, dt.bits, dt.lanes).name.encode()
+        _dtype_names[key] = name
+    return name

@@ -1,30 +1,43 @@
 # Export: __dlpack__ through the producer call of include/dlpack_ref.h (the
 # one place its rules are written, which vendoring libraries call too), the
-# buffer protocol, and the one allocation of each capsule.
+# buffer protocol, and the one allocation of each capsule: it holds a count
+# of host memory allocated here (a deleter with no Python), else the Array.
 
 # The core's forbidden copies raise its public CopyForbiddenError.
 dlpack_ref_set_copy_forbidden_error(CopyForbiddenError)
 
 
+cdef inline object _checked_stream(PyObject* stream, int64_t value):
+    """What the CUDA layer receives for a `stream` the producer call checked
+    (dlpack_ref._streams): None when none was given, else the handle
+    (`value`, the header's int64, which keeps a handle above 2**63 as its 64
+    bits; -1 is NO_SYNC)."""
+    if <object>stream is None:
+        return None
+    return value if value >= -1 else value + 2**64
+
+
 cdef int _order_for_consumer(void* ctx, const DLTensor* t, PyObject* stream, int64_t value) except -1:
     """The producer call's stream-order callback: the consumer's stream
-    waits for the Array's pending work (none: nothing to order)."""
+    (as the header checked it) waits for the Array's pending work (none:
+    nothing to order)."""
     cdef Array a = <Array>ctx
     if not _work_of(a).idle:
-        _cuda().export_sync(_work_of(a), a._device.device_type, a._device.device_id, <object>stream)
+        _cuda().export_sync(_work_of(a), a._device.device_type, a._device.device_id, _checked_stream(stream, value))
     return 0
 
 
 cdef int _copy_for_consumer(void* ctx, const DLTensor* src, DLDevice target, PyObject* stream, int64_t value,
                             DLTensor* out, PyObject** out_owner) except -1:
     """The producer call's copy callback: a copy on target, ordered on the
-    consumer's stream as passed."""
-    cdef Array c = _copy_to(<Array>ctx, target, <object>stream)
+    consumer's stream (as the header checked it)."""
+    stream_arg = _checked_stream(stream, value)
+    cdef Array c = _copy_to(<Array>ctx, target, stream_arg)
     if dlpack_ref_device_cuda_family(c._device.device_type):
         # The copy ran on a stream of the source's device; the consumer's
         # stream is one of the target's (another GPU, or the host for
         # managed memory with stream=None).
-        _cuda().export_copy(_work_of(c), c._device.device_type, c._device.device_id, <object>stream)
+        _cuda().export_copy(_work_of(c), c._device.device_type, c._device.device_id, stream_arg)
     _borrow_dltensor(c, out)
     Py_INCREF(c)
     out_owner[0] = <PyObject*>c
@@ -37,6 +50,8 @@ cdef object _export(Array a, object stream, object max_version, object dl_device
     Array. dl_device may be anything as_device accepts (a core extension of
     the standard's tuple): resolved here to its (type, id) tuple first."""
     cdef dlpack_ref_producer p
+    cdef dlpack_ref_export_plan plan
+    cdef dlpack_ref_counted* memory
     _borrow_dltensor(a, &p.tensor)
     p.owner = <PyObject*>a
     p.read_only = (a._flags & DLPACK_FLAG_BITMASK_READ_ONLY) != 0
@@ -46,7 +61,13 @@ cdef object _export(Array a, object stream, object max_version, object dl_device
     p.order = _order_for_consumer
     if dl_device is not None:
         dl_device = _dlpack_device_tuple(_parse_device(dl_device))
-    return dlpack_ref_producer_export(&p, stream, max_version, dl_device, copy)
+    dlpack_ref_producer_plan(&p, stream, max_version, dl_device, copy, &plan)
+    # Host memory allocated here (the Array's, or the copy's) is exported
+    # holding a count of it, not the Array: its deleter needs no Python.
+    memory = a._counted if plan.copy_owner == NULL else (<Array><object>plan.copy_owner)._counted
+    if memory != NULL:
+        return dlpack_ref_export_plan_capsule_counted(&plan, memory)
+    return dlpack_ref_export_plan_capsule(&plan)
 
 
 cdef int _fill_buffer(Array a, Py_buffer* view, int flags) except -1:
@@ -104,26 +125,20 @@ cdef inline void _borrow_dltensor(Array a, DLTensor* t) noexcept:
 
 
 cdef DLManagedTensorVersioned* _versioned_block(Array a, uint64_t flags) except NULL:
-    """The single allocation of a versioned export, owning one reference to a."""
+    """The single allocation of a versioned export, holding a count of a's
+    memory where it was allocated here, else one reference to a."""
     cdef DLTensor t
     _borrow_dltensor(a, &t)
+    if a._counted != NULL:
+        return dlpack_ref_api_counted_block(&t, a._counted, flags)
     return dlpack_ref_api_versioned_block(&t, <PyObject*>a, flags)
-
-
-cdef object _export_versioned(Array a, uint64_t flags):
-    return dlpack_ref_api_wrap_versioned(_versioned_block(a, flags))
-
-
-cdef object _export_legacy(Array a):
-    cdef DLTensor t
-    _borrow_dltensor(a, &t)
-    return dlpack_ref_api_new_legacy(&t, <PyObject*>a)
 
 
 def _stream_handle(stream):
     """The driver handle a DLPack ``stream`` value names for CUDA-family
-    memory: the header's one stream rule (dlpack_ref_stream_value), for the
-    core's CUDA layer, which is Python (dlpack_ref._streams.stream_handle)."""
+    memory, by the header's one stream rule (dlpack_ref_stream_value): 1 for
+    None, -1 as is, else 1, 2 or a handle > 2. For the Python entries that
+    take a stream (dlpack_ref.cuda.stream)."""
     cdef int64_t value
     cdef DLDevice cuda
     cuda.device_type = kDLCUDA
@@ -134,5 +149,7 @@ def _stream_handle(stream):
     return value if value >= -1 else value + 2**64
 
 
-from dlpack_ref import _streams
-_streams.set_rule(_stream_handle)
+cdef object _checked_stream_arg(object stream):
+    """A `stream` argument of the core's own (to_device) as the CUDA layer
+    receives it: None as is, anything else checked by the header's rule."""
+    return None if stream is None else _stream_handle(stream)

@@ -35,10 +35,9 @@ cdef extern from *:
 
 
 def _stream_context_entered(int delta):
+    """dlpack_ref.cuda.stream tells the core +1 and -1 as its contexts are
+    entered and left (the import's fast path while none is open)."""
     _stream_contexts_add(delta)
-
-
-_cuda_streams.set_context_counter(_stream_context_entered)
 
 
 cdef Array _array_from_capsule(object capsule):
@@ -132,6 +131,15 @@ cdef Array _describe_checked(Array a):
 
 # --- from_dlpack -----------------------------------------------------------
 
+cdef Array _as_array(object obj):
+    """A zero-copy Array of a DLPack or buffer-protocol object."""
+    if isinstance(obj, Array):
+        return obj
+    if hasattr(obj, "__dlpack__"):
+        return _import_plain(obj)
+    return _from_buffer(obj)
+
+
 cdef object _call_dlpack_versioned(object x):
     """x.__dlpack__(max_version=(1, 3)) through vectorcall (no kwargs dict)."""
     cdef PyObject* args[2]
@@ -181,8 +189,10 @@ def from_dlpack(x, /, *, device=None, copy=None):
     on TypeError. ``device``: where the result must be usable (memory usable
     there in place is kept under its true device type). ``copy``: True always
     copies, False never does (CopyForbiddenError when one is needed), None
-    copies only when needed. The producer moves or copies data itself when it
-    can; an older producer's data is moved here.
+    copies only when needed. ``copy=True`` of CPU memory wanted on the CPU is
+    copied here, on the worker pool, from the producer's tensor in place;
+    otherwise the producer moves or copies data itself when it can, and an
+    older producer's data is moved here.
     """
     if device is None and copy is None and _stream_contexts() == 0:
         return _import_plain(x)
@@ -194,7 +204,8 @@ cdef Array _from_dlpack(object x, object device, object copy):
     The negotiation is the header's (dlpack_ref_consumer_source, _call and
     _copy_needed, the pieces of dlpack_ref_consumer_take); what stays here
     is this core's: its device names, its own Array, the CUDA stream it
-    passes and records, and the copy."""
+    passes and records, and the copy (copy=True of CPU memory is made here,
+    on the worker pool, from the producer's tensor in place)."""
     if device is None and copy is None and _stream_contexts() == 0:
         return _import_plain(x)
     dlpack_ref_check_copy_arg(copy)
@@ -229,6 +240,14 @@ cdef Array _from_dlpack(object x, object device, object copy):
         if taken_plain == 2 and dlpack_ref_device_cuda_family(a._device.device_type):
             _order_after_table_export(<DLPackExchangeAPI*>api, x, a)
         return _finish_import(a, x, target, copy, False, stream)
+    if copy is True and source.device_type == kDLCPU and target.device_type == kDLCPU:
+        # Memory the CPU reads, wanted on the CPU: the producer's tensor in
+        # place, copied here on the worker pool into a fresh allocation. The
+        # producer's own copy is asked for only when it refuses the in-place
+        # export (BufferError).
+        if dlpack_ref_consumer_call_in_place(x, None, source, &taken):
+            _own_taken(a, &taken)
+            return _finish_import(a, x, target, copy, False)
     dlpack_ref_consumer_call(x, stream, &target if have_target else NULL, copy, source, &taken, &producer_did_it)
     _own_taken(a, &taken)
     if stream is not None and stream != -1 and dlpack_ref_device_cuda_family(a._device.device_type) and \

@@ -81,6 +81,10 @@ cdef extern from "dlpack_ref.h":
 
     # export: the one allocation, its deleters and capsule destructors
     int dlpack_ref_api_is_finalizing() noexcept nogil
+    # drop the owner and free the block of an export, from any thread
+    void dlpack_ref_api_release_block(PyObject* owner, void* block) noexcept nogil
+    # t's metadata into `into`, shape and strides into `storage` (2 * ndim)
+    void dlpack_ref_api_fill(DLTensor* into, const DLTensor* t, int64_t* storage) noexcept nogil
     DLManagedTensorVersioned* dlpack_ref_api_versioned_block(const DLTensor* t, PyObject* owner,
                                                              uint64_t flags) except NULL
     object dlpack_ref_api_new_versioned(const DLTensor* t, PyObject* owner, uint64_t flags)
@@ -98,6 +102,21 @@ cdef extern from "dlpack_ref.h":
     object dlpack_ref_export_versioned(const DLTensor* tensor, object owner, uint64_t flags)
     object dlpack_ref_export_legacy(const DLTensor* tensor, object owner)
 
+    # export of memory owned by a C reference count: the array holds one
+    # count, each export another; the export's deleter gives its count back
+    # (release() frees the memory at 0) with no Python at all
+    ctypedef struct dlpack_ref_counted:
+        int64_t refs
+        void (*release)(dlpack_ref_counted* self) noexcept nogil
+    void dlpack_ref_counted_retain(dlpack_ref_counted* c) noexcept nogil
+    void dlpack_ref_counted_release(dlpack_ref_counted* c) noexcept nogil
+    void dlpack_ref_api_delete_counted_versioned(DLManagedTensorVersioned* self) noexcept nogil
+    void dlpack_ref_api_delete_counted_legacy(DLManagedTensor* self) noexcept nogil
+    DLManagedTensorVersioned* dlpack_ref_api_counted_block(const DLTensor* t, dlpack_ref_counted* memory,
+                                                           uint64_t flags) except NULL
+    object dlpack_ref_export_versioned_counted(const DLTensor* tensor, dlpack_ref_counted* memory, uint64_t flags)
+    object dlpack_ref_export_legacy_counted(const DLTensor* tensor, dlpack_ref_counted* memory)
+
     # import: capsule or producer -> owned tensor
     void dlpack_ref_release(DLPackRefTensor* t) noexcept nogil
     int dlpack_ref_adopt(void* managed, bint versioned, DLPackRefTensor* out) except -1
@@ -110,20 +129,33 @@ cdef extern from "dlpack_ref.h":
     const DLPackExchangeAPI* dlpack_ref_exchange_api_ref(object tp, PyObject** owner) except? NULL
     const DLPackExchangeAPI* dlpack_ref_exchange_api(object tp) except? NULL
 
-    # fast calls: memoized per-type lookups (GIL builds of CPython 3.11 to
-    # 3.15; a fresh lookup elsewhere). A memo is a zero-initialized static.
+    # fast calls: the protocol's names, interned once (borrowed references)
+    ctypedef struct dlpack_ref_names:
+        PyObject* dlpack
+        PyObject* dlpack_device
+        PyObject* exchange_api
+        PyObject* stream
+        PyObject* max_version
+        PyObject* dl_device
+        PyObject* copy
+        PyObject* device
+        PyObject* version
+        PyObject* kw_max_version
+    const dlpack_ref_names* dlpack_ref_protocol_names() except NULL
+    # memoized per-type lookups (GIL builds of CPython 3.11 to 3.15; a fresh
+    # lookup elsewhere). A memo is a zero-initialized static.
     ctypedef struct dlpack_ref_method_memo:
         pass
     ctypedef struct dlpack_ref_api_memo:
         pass
     # x.name(*args[1:nargs], **kwnames) for x = args[0], by vectorcall. kwnames
     # is a PyObject* so that "no keywords" is NULL (Cython would pass None).
-    object dlpack_ref_call_method(dlpack_ref_method_memo* memo, object name, PyObject** args, size_t nargs,
+    object dlpack_ref_call_method(dlpack_ref_method_memo* memo, object name, PyObject* const* args, size_t nargs,
                                   PyObject* kwnames)
     # The same call with its failure left pending (NULL, the error set), for
     # hot paths that enter no try block.
     PyObject* dlpack_ref_call_method_or_null "dlpack_ref_call_method"(
-        dlpack_ref_method_memo* memo, object name, PyObject** args, size_t nargs, PyObject* kwnames)
+        dlpack_ref_method_memo* memo, object name, PyObject* const* args, size_t nargs, PyObject* kwnames)
     bint dlpack_ref_device_answer_is(object answer, DLDevice device)
     const DLPackExchangeAPI* dlpack_ref_exchange_api_memo_ref(dlpack_ref_api_memo* memo, PyTypeObject* tp,
                                                              PyObject** owner) except? NULL
@@ -179,7 +211,25 @@ cdef extern from "dlpack_ref.h":
         int (*order)(void* ctx, const DLTensor* t, PyObject* stream, int64_t stream_value) except -1
     object dlpack_ref_producer_export(const dlpack_ref_producer* p, object stream, object max_version,
                                       object dl_device, object copy)
+    # the same call in two steps: the plan (every argument checked, the
+    # copy made or the stream ordered), then its capsule, owned by the
+    # plan's owner or by a count of the memory; a plan not exported is
+    # dropped
+    ctypedef struct dlpack_ref_export_plan:
+        const DLTensor* tensor
+        PyObject* owner
+        PyObject* copy_owner
+        uint64_t flags
+        bint versioned
+        DLTensor copied
+    int dlpack_ref_producer_plan(const dlpack_ref_producer* p, object stream, object max_version, object dl_device,
+                                 object copy, dlpack_ref_export_plan* plan) except -1
+    void dlpack_ref_export_plan_drop(dlpack_ref_export_plan* plan) noexcept
+    object dlpack_ref_export_plan_capsule(dlpack_ref_export_plan* plan)
+    object dlpack_ref_export_plan_capsule_counted(dlpack_ref_export_plan* plan, dlpack_ref_counted* memory)
     object dlpack_ref_producer_dlpack(const dlpack_ref_producer* p, object args, object kwargs)
+    object dlpack_ref_producer_dlpack_fast(const dlpack_ref_producer* p, PyObject* const* args, Py_ssize_t nargs,
+                                           PyObject* kwnames)
     PyObject* dlpack_ref_device_enum() except NULL
     object dlpack_ref_dlpack_device(DLDevice device)
 
@@ -216,6 +266,9 @@ cdef extern from "dlpack_ref.h":
     # onto *target (stream: the consumer's stream, or None)
     int dlpack_ref_consumer_take(object x, object device, object copy, object stream, DLPackRefTensor* out,
                                  DLDevice* target, int* must_copy) except -1
+    # from_dlpack's arguments for METH_FASTCALL | METH_KEYWORDS (borrowed)
+    int dlpack_ref_consumer_args(PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames, PyObject** x,
+                                 PyObject** device, PyObject** copy) except -1
     # its pieces, for a consumer with its own fast paths and stream layer:
     # the plain request (1 through the table, 0 through __dlpack__), the
     # announced device of any other, the __dlpack__ call with its retries,
@@ -223,6 +276,8 @@ cdef extern from "dlpack_ref.h":
     # a refusal leaves the tensor to its holder)
     int dlpack_ref_consumer_plain(object x, const DLPackExchangeAPI* api, DLPackRefTensor* out) except -1
     int dlpack_ref_consumer_source(object x, DLDevice* source) except -1
+    # x.__dlpack_device__(), checked
+    int dlpack_ref_announced_device(object x, DLDevice* out) except -1
     # the same, with an unusable __dlpack_device__ answer replaced by the
     # plain request's tensor (through api, the type's table, looked up
     # beforehand, else __dlpack__): 1 when it was taken through __dlpack__,
@@ -232,5 +287,9 @@ cdef extern from "dlpack_ref.h":
                                             DLPackRefTensor* out) except -1
     int dlpack_ref_consumer_call(object x, object stream, const DLDevice* target, object copy, DLDevice source,
                                  DLPackRefTensor* out, int* producer_did_it) except -1
+    # the plain request for a consumer that makes copy=True's copy itself: 1
+    # taken, 0 when the producer refuses to export in place (BufferError,
+    # cleared: ask for its copy with dlpack_ref_consumer_call)
+    int dlpack_ref_consumer_call_in_place(object x, object stream, DLDevice source, DLPackRefTensor* out) except -1
     int dlpack_ref_consumer_copy_needed(object x, DLDevice mem, uint64_t flags, DLDevice target, object copy,
                                         bint producer_did_it) except -1

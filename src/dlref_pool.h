@@ -40,7 +40,7 @@
 typedef void (*dlref_pool_fn)(void* job, int part, int parts);
 
 /* The thread count setting: 0 until the core resolves it (from
-   DLPACK_REF_NUM_THREADS or the cores available, _array.pxi). Atomic: a
+   DLPACK_REF_NUM_THREADS or the cores available, _capi.pxi). Atomic: a
    free-threaded interpreter may set it while another thread copies. */
 static int dlref_pool_size = 0;
 

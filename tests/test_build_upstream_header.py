@@ -56,7 +56,9 @@ def test_core_builds_and_runs_against_upstream_header(tmp_path):
     ext = pkg / ("_dlpack_ref" + sysconfig.get_config_var("EXT_SUFFIX"))
     build = subprocess.run(
         [cc, "-shared", "-fPIC", "-O0", "-w", f"-I{sysconfig.get_paths()['include']}",
-         f"-I{header_dir}", f"-I{ROOT / 'include'}", f"-I{tmp_path}", f"-I{ROOT / 'src'}", str(c_file), "-o", str(ext)],
+         f"-I{header_dir}", f"-I{ROOT / 'include'}", f"-I{tmp_path}", f"-I{ROOT / 'src'}",
+         # The module's entry point, which includes the generated C, as CMake builds it.
+         str(ROOT / "src" / "dlref_module.c"), "-o", str(ext)],
         capture_output=True, text=True)
     assert build.returncode == 0, build.stderr[-4000:]
 
@@ -72,7 +74,9 @@ def test_core_builds_and_runs_against_upstream_header(tmp_path):
         "print('ok')\n"
     )
     env = dict(os.environ, PYTHONPATH=str(tmp_path))
-    run = subprocess.run([sys.executable, "-c", probe, str(tmp_path)], capture_output=True, text=True,
+    # -S: no site-packages, so no installed dlpack_ref (an editable install's
+    # finder included) comes before the one built here; it needs nothing else.
+    run = subprocess.run([sys.executable, "-S", "-c", probe, str(tmp_path)], capture_output=True, text=True,
                          env=env, cwd=tmp_path)
     assert run.returncode == 0, run.stderr[-4000:]
     assert run.stdout.strip() == "ok"

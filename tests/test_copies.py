@@ -58,6 +58,61 @@ def test_copy_true_both_ways():
     assert np.array_equal(np.asarray(back), base)
 
 
+class _Recording:
+    """A NumPy array behind a producer that records the keywords of each
+    __dlpack__ call; ``refuse_in_place`` refuses every request without
+    copy=True (BufferError), as a producer that can only hand out copies."""
+
+    def __init__(self, x, refuse_in_place=False):
+        self.x, self.refuse_in_place, self.calls = x, refuse_in_place, []
+
+    def __dlpack_device__(self):
+        return self.x.__dlpack_device__()
+
+    def __dlpack__(self, **kwargs):
+        self.calls.append(kwargs)
+        if self.refuse_in_place and kwargs.get("copy") is not True:
+            raise BufferError("this producer hands out copies only")
+        return self.x.__dlpack__(**kwargs)
+
+
+@pytest.mark.parametrize("device", [None, "cpu"])
+@pytest.mark.parametrize("view", ["dense", "reversed_columns", "transpose"])
+def test_copy_true_of_cpu_memory_is_made_here_from_the_tensor_in_place(device, view):
+    # The producer is asked for its tensor in place (no copy=, no dl_device)
+    # and the copy is dlpack-ref's own, on the worker pool: a fresh, writable,
+    # C-contiguous allocation of the same values.
+    base = np.arange(67 * 45, dtype=np.float32).reshape(67, 45)
+    x = VIEWS[view](base)
+    x.flags.writeable = False
+    producer = _Recording(x)
+    out = dr.from_dlpack(producer, device=device, copy=True)
+    assert producer.calls == [{"max_version": (1, 3)}]
+    assert out.data_ptr != base.ctypes.data and not out.readonly
+    assert dr._dlpack_ref._host_memory_holders(out) == 1
+    assert out.strides == tuple(s // 4 for s in np.ascontiguousarray(x).strides)
+    assert np.array_equal(np.asarray(out), x)
+
+
+def test_copy_true_asks_for_the_producers_copy_when_it_refuses_to_export_in_place():
+    x = np.arange(10.0)
+    producer = _Recording(x, refuse_in_place=True)
+    out = dr.from_dlpack(producer, copy=True)
+    assert producer.calls == [{"max_version": (1, 3)}, {"max_version": (1, 3), "copy": True}]
+    assert out.data_ptr != x.ctypes.data and out.tolist() == x.tolist()
+
+
+@pytest.mark.parametrize("n", [1 << 7, 1 << 21])
+def test_copy_true_of_numpy_is_memory_dlpack_ref_allocated(n):
+    # The result owns host memory the core allocated (its C count has one
+    # holder, the Array), not a tensor NumPy copied and handed over.
+    from dlpack_ref._dlpack_ref import _host_memory_holders
+    x = np.arange(n, dtype=np.float64)
+    out = dr.from_dlpack(x, copy=True)
+    assert out.data_ptr != x.ctypes.data and np.array_equal(np.asarray(out), x)
+    assert _host_memory_holders(out) == 1
+
+
 def test_assignment_with_broadcasting_and_steps():
     dst = dr.zeros((6, 8), dtype="int32")
     dst[::2, 1::2] = dr.asarray([1, 2, 3, 4], dtype="int32")

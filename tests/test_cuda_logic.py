@@ -28,6 +28,7 @@ import pytest
 import dlpack_ref as dr
 from dlpack_ref import _cuda_driver, cuda
 from dlpack_ref._cuda_memory import plan_copy
+from dlpack_ref._dlpack_ref import _coalesce
 from dlpack_ref.testing import CapsuleFactory, ForeignProducer, read_capsule
 
 LEGACY, PER_THREAD = 1, 2
@@ -540,6 +541,13 @@ def _random_view(rng, base):
     return view.transpose(rng.sample(range(base.ndim), base.ndim))
 
 
+def plan(shape, dst_strides, src_strides, itemsize):
+    """The driver copies of a copy, as the core asks for them: its dimensions
+    coalesced by the kernels first."""
+    coalesced = _coalesce(shape, dst_strides, src_strides)
+    return [] if coalesced is None else plan_copy(*coalesced, itemsize)
+
+
 @pytest.mark.parametrize("seed", range(60))
 def test_copy_plan_reproduces_any_strided_layout(seed):
     rng = random.Random(seed)
@@ -547,20 +555,36 @@ def test_copy_plan_reproduces_any_strided_layout(seed):
     base = np.arange(int(np.prod(shape)), dtype=np.int16).reshape(shape)
     src = _random_view(rng, base)
     dst = np.zeros(src.shape, dtype=src.dtype)
-    ops = plan_copy(src.shape, dst.strides, src.strides, 2)
-    _run_plan(ops, dst.ctypes.data, src.ctypes.data)
-    np.testing.assert_array_equal(dst, src)
+    for ops in (plan(src.shape, dst.strides, src.strides, 2), plan_copy(src.shape, dst.strides, src.strides, 2)):
+        dst[...] = 0
+        _run_plan(ops, dst.ctypes.data, src.ctypes.data)
+        np.testing.assert_array_equal(dst, src)
 
 
 def test_copy_plan_uses_one_copy_for_contiguous_and_2d_for_pitched():
-    assert plan_copy((4, 5), (20, 4), (20, 4), 4) == [("1d", 0, 0, 80)]
+    assert plan((4, 5), (20, 4), (20, 4), 4) == [("1d", 0, 0, 80)]
+    assert plan((4, 1, 5), (20, 7, 4), (20, 9, 4), 4) == [("1d", 0, 0, 80)]
     # rows of a column slice: one 2-D copy
-    assert plan_copy((4, 2), (8, 4), (20, 4), 4) == [("2d", 0, 8, 0, 20, 8, 4)]
+    assert plan((4, 2), (8, 4), (20, 4), 4) == [("2d", 0, 8, 0, 20, 8, 4)]
+    # two row dimensions that coalesce: one 2-D copy of all their rows
+    assert plan((2, 3, 4), (48, 16, 4), (96, 32, 4), 4) == [("2d", 0, 16, 0, 32, 16, 6)]
     # a transposed 2-D source: element-wide 2-D copies, one per row
-    assert plan_copy((2, 3), (12, 4), (4, 8), 4) == [("2d", 0, 4, 0, 8, 4, 3), ("2d", 12, 4, 4, 8, 4, 3)]
+    assert plan((2, 3), (12, 4), (4, 8), 4) == [("2d", 0, 4, 0, 8, 4, 3), ("2d", 12, 4, 4, 8, 4, 3)]
     # broadcast source (pitch 0): one copy per row
-    assert plan_copy((3, 2), (8, 4), (0, 4), 4) == [("1d", 0, 0, 8), ("1d", 8, 0, 8), ("1d", 16, 0, 8)]
-    assert plan_copy((0, 3), (12, 4), (4, 8), 4) == []
+    assert plan((3, 2), (8, 4), (0, 4), 4) == [("1d", 0, 0, 8), ("1d", 8, 0, 8), ("1d", 16, 0, 8)]
+    assert plan((0, 3), (12, 4), (4, 8), 4) == []
+    # one element: no dimension left
+    assert plan((1, 1), (8, 4), (99, 4), 4) == [("1d", 0, 0, 4)]
+
+
+def test_a_device_copy_is_planned_on_the_kernels_coalescing(fake):
+    # The two row dimensions of this view merge only by coalescing (the CUDA
+    # layer merges nothing itself): one 2-D copy moves it.
+    a = dr.asarray(np.arange(48, dtype=np.float32).reshape(2, 3, 8), device="cuda:0")
+    fake.clear()
+    out = a[:, :, :4].to_device("cpu")
+    assert [e[0] for e in copies(fake)] == ["copy2d"]
+    assert np.from_dlpack(out).tolist() == np.arange(48, dtype=np.float32).reshape(2, 3, 8)[:, :, :4].tolist()
 
 
 def test_strided_device_to_host_copy_end_to_end(fake):

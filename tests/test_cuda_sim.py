@@ -395,6 +395,44 @@ def test_cpu_memory_accepts_only_stream_none(value):
         dr.zeros(4).__dlpack__(stream=value)
 
 
+class CountedStream(CudaStream):
+    """A __cuda_stream__ object that counts how often its handle is asked for."""
+
+    def __init__(self, handle):
+        super().__init__(handle)
+        self.asked = 0
+
+    def __cuda_stream__(self):
+        self.asked += 1
+        return super().__cuda_stream__()
+
+
+@pytest.mark.parametrize("how", ["in place", "copy", "to_device", "cuda.stream"])
+def test_a_stream_is_read_once_where_it_enters(streams, how):
+    # The stream argument is checked where it enters (the producer call, the
+    # core's to_device, dlpack_ref.cuda.stream) and the CUDA layer gets the
+    # checked handle: __cuda_stream__ is asked exactly once, and the work is
+    # ordered on that handle.
+    c = streams.new()
+    value = CountedStream(c)
+    a = pending_on(streams.new())
+    if how == "in place":
+        a.__dlpack__(max_version=(1, 3), stream=value)
+        got = as_f32(read_on(c, a.data_ptr, N * 4))
+    elif how == "copy":
+        out = dr.from_dlpack(a.__dlpack__(max_version=(1, 3), stream=value, copy=True))
+        got = as_f32(read_on(c, out.data_ptr, N * 4))
+    elif how == "to_device":
+        out = a.to_device("cuda_managed:0", stream=value)
+        got = as_f32(read_on(c, out.data_ptr, N * 4))
+    else:
+        with cuda.stream(value):
+            out = dr.from_dlpack(a)
+        got = as_f32(read_on(c, out.data_ptr, N * 4))
+    assert value.asked == 1
+    assert got.tolist() == VALUES.tolist()
+
+
 @pytest.mark.skipif("_devices() < 2", reason="needs two CUDA devices")
 def test_peer_copy_is_ordered_for_a_stream_of_the_target_device(streams):
     s0, c1 = streams.new(0), streams.new(1)

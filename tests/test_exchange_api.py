@@ -175,6 +175,20 @@ def test_from_py_object_exports_the_array_zero_copy(readonly):
     assert sys.getrefcount(a) == refs
 
 
+def test_from_py_object_of_memory_allocated_here_holds_a_count_not_the_array():
+    # Host memory dlpack-ref allocated is owned by a C reference count: the
+    # table's export holds a count of it, and its deleter (called here on a
+    # thread without the GIL: ctypes releases it) only gives the count back.
+    from dlpack_ref._dlpack_ref import _host_memory_holders
+    a = dlpack_ref.asarray(np.arange(6, dtype=np.float32), copy=True)
+    refs = sys.getrefcount(a)
+    m = DLManagedTensorVersioned.from_address(_from_py_object(a[1:5:2]))
+    assert m.dl_tensor.data == a.data_ptr + 4 and m.manager_ctx != id(a)
+    assert sys.getrefcount(a) == refs and _host_memory_holders(a) == 2
+    call_deleter(m)
+    assert _host_memory_holders(a) == 1
+
+
 def test_from_py_object_refuses_other_objects_with_type_error():
     with pytest.raises(TypeError, match="exports Array objects, not ndarray"):
         _from_py_object(np.zeros(3))

@@ -476,7 +476,9 @@ def test_copy_true_works_against_a_producer_that_cannot_copy(kwargs):
     x = CopyRefuser(inner)
     a = dr.from_dlpack(x, **kwargs)
     assert a.tolist() == [1.0, 2.0, 3.0] and a.data_ptr != inner.data_ptr
-    assert x.calls[0].get("copy") is True and "copy" not in x.calls[-1]
+    # CPU memory: asked for in place, copied here (the producer's copy is
+    # never asked for, so its refusal never comes).
+    assert len(x.calls) == 1 and "copy" not in x.calls[0]
     a[0] = 9.0
     assert inner.tolist() == [1.0, 2.0, 3.0]
 

@@ -56,11 +56,13 @@ def test_the_shipped_header_is_the_repository_header_with_its_spdx_line():
 
 def test_the_package_copy_of_the_api_pxd_cimports_its_sibling_by_package_name():
     source = (ROOT / "src" / "dlpack_ref_api.pxd").read_text()
-    package_copy = Path(dlpack_ref.__file__).with_name("dlpack_ref_api.pxd").read_text()
+    # Beside the compiled core: where the build installs (an editable install included).
+    installed = Path(dlpack_ref._dlpack_ref.__file__)
+    package_copy = installed.with_name("dlpack_ref_api.pxd").read_text()
     assert "from dlpack cimport" in source
     assert "from dlpack cimport" not in package_copy
     assert package_copy == source.replace("from dlpack cimport", "from dlpack_ref.dlpack cimport")
-    assert Path(dlpack_ref.__file__).with_name("dlpack.pxd").read_text() == (ROOT / "src" / "dlpack.pxd").read_text()
+    assert installed.with_name("dlpack.pxd").read_text() == (ROOT / "src" / "dlpack.pxd").read_text()
 
 
 def test_metadata_licence_authors_and_classifiers():

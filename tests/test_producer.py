@@ -271,27 +271,53 @@ def test_dlpack_device_is_cpu_deviceype_intenum():
 
 # --- lifetime of the exported Array ------------------------------------------------------------
 
+def _owned_by_python(n):
+    """A writable 1-d Array holding 0 .. n-1 on memory a Python object owns
+    (an array.array's buffer)."""
+    import array
+    return dlpack_ref.asarray(array.array("f", range(n)))
+
+
+# Host memory dlpack-ref allocated is owned by a C reference count: its
+# exports hold a count of the memory, not the Array; an export of memory a
+# Python object owns holds the Array (docs/guarantees.md, Deleters).
+MEMORY = {"allocated here": arange, "owned by a Python object": _owned_by_python}
+
+
+def _holders(a):
+    from dlpack_ref._dlpack_ref import _host_memory_holders
+    return _host_memory_holders(a)
+
+
+@pytest.mark.parametrize("memory", sorted(MEMORY))
 @pytest.mark.parametrize("max_version", [None, (1, 3)], ids=["legacy", "versioned"])
-def test_unconsumed_capsule_releases_its_reference(max_version):
-    a = arange(4)
-    start = sys.getrefcount(a)
+def test_unconsumed_capsule_releases_what_it_holds(max_version, memory):
+    a = MEMORY[memory](4)
+    start, holders = sys.getrefcount(a), _holders(a)
     cap = a.__dlpack__(max_version=max_version)
-    assert sys.getrefcount(a) == start + 1
+    if memory == "allocated here":
+        assert sys.getrefcount(a) == start and _holders(a) == holders + 1
+    else:
+        assert sys.getrefcount(a) == start + 1 and _holders(a) is None
     del cap
-    assert sys.getrefcount(a) == start
+    assert sys.getrefcount(a) == start and _holders(a) == holders
 
 
+@pytest.mark.parametrize("memory", sorted(MEMORY))
 @pytest.mark.parametrize("max_version", [None, (1, 3)], ids=["legacy", "versioned"])
-def test_consumed_capsule_releases_its_reference_when_the_consumer_dies(max_version):
-    a = arange(4)
-    start = sys.getrefcount(a)
+def test_consumed_capsule_releases_what_it_holds_when_the_consumer_dies(max_version, memory):
+    a = MEMORY[memory](4)
+    start, holders = sys.getrefcount(a), _holders(a)
     cap = a.__dlpack__(max_version=max_version)
     b = from_dlpack(cap)
     del cap
-    assert sys.getrefcount(a) == start + 1
+    if memory == "allocated here":
+        assert sys.getrefcount(a) == start and _holders(a) == holders + 1
+    else:
+        assert sys.getrefcount(a) == start + 1
     del b
     gc.collect()
-    assert sys.getrefcount(a) == start
+    assert sys.getrefcount(a) == start and _holders(a) == holders
 
 
 def test_copied_export_holds_no_reference_to_the_source():
@@ -305,7 +331,7 @@ def test_copied_export_holds_no_reference_to_the_source():
 
 @pytest.mark.parametrize("max_version", [None, (1, 3)], ids=["legacy", "versioned"])
 def test_exported_array_lives_while_a_capsule_or_consumer_does(max_version):
-    a = arange(4)
+    a = _owned_by_python(4)
     data = a.data_ptr
     alive = weakref.ref(a)
     cap = a.__dlpack__(max_version=max_version)
@@ -323,8 +349,26 @@ def test_exported_array_lives_while_a_capsule_or_consumer_does(max_version):
     assert alive() is None
 
 
-def test_exported_array_dies_with_its_unconsumed_capsule():
+@pytest.mark.parametrize("max_version", [None, (1, 3)], ids=["legacy", "versioned"])
+def test_exported_memory_allocated_here_lives_while_a_capsule_or_consumer_does(max_version):
+    # The export holds the memory's count, not the Array: the Array goes at
+    # once, the memory stays with the capsule, then with the consumer's array.
     a = arange(4)
+    data = a.data_ptr
+    alive = weakref.ref(a)
+    cap = a.__dlpack__(max_version=max_version)
+    del a
+    gc.collect()
+    assert alive() is None, "the capsule kept the Array; it should hold the memory only"
+    b = from_dlpack(cap)
+    del cap
+    gc.collect()
+    assert b.data_ptr == data and _holders(b) is None
+    assert b.tolist() == [0.0, 1.0, 2.0, 3.0]
+
+
+def test_exported_array_dies_with_its_unconsumed_capsule():
+    a = _owned_by_python(4)
     alive = weakref.ref(a)
     cap = a.__dlpack__(max_version=(1, 3))
     del a

@@ -2,9 +2,11 @@
 
 Each case runs in a fresh interpreter and must exit with status 0, print
 nothing on stderr, and (where it can be observed) show that the deleter
-returned. After finalization the deleter cannot touch Python: it leaks the
-exported Array's reference on purpose (the process is ending) and frees only
-its own C block.
+returned. The deleter of an export of host memory dlpack-ref allocated
+touches no Python at all (it gives back its count of the memory and frees
+its block); after finalization the deleter of an export of memory a Python
+object owns cannot touch Python: it leaks the exported Array's reference on
+purpose (the process is ending).
 """
 
 import os
@@ -37,11 +39,13 @@ def assert_clean_exit(r, marker=None):
 
 def test_deleter_called_after_finalization():
     """A C library that still owns a tensor when the process exits calls its
-    deleter from a C atexit handler, after Py_FinalizeEx: the deleter must
-    see that Python is gone and return without touching it. A second handler,
-    registered first so that it runs last, proves the deleter returned."""
+    deleter from a C atexit handler, after Py_FinalizeEx: the deleter of
+    memory dlpack-ref allocated frees it with no Python; that of memory a
+    Python object owns must see that Python is gone and return without
+    touching it. A second handler, registered first so that it runs last,
+    proves the deleters returned."""
     r = run_script("""
-        import ctypes
+        import array, ctypes
         import dlpack_ref
         from test_threads import take_ownership
 
@@ -58,9 +62,9 @@ def test_deleter_called_after_finalization():
         # Handlers run last-registered first: the marker prints after the deleters.
         assert cxa_atexit(puts, libc.strdup(b"after-deleters"), None) == 0
         for max_version in [(1, 3), None]:
-            a = dlpack_ref.zeros((1000,), dtype="float64")
-            deleter, address = take_ownership(a.__dlpack__(max_version=max_version))
-            assert cxa_atexit(deleter, address, None) == 0
+            for a in [dlpack_ref.zeros((1000,), dtype="float64"), dlpack_ref.asarray(array.array("d", bytes(8000)))]:
+                deleter, address = take_ownership(a.__dlpack__(max_version=max_version))
+                assert cxa_atexit(deleter, address, None) == 0
         del a
         print("script end", flush=True)
     """)
@@ -86,37 +90,51 @@ FREE_THREADED = not getattr(sys, "_is_gil_enabled", lambda: True)()
     "through PEP 788's interpreter views instead; docs/guarantees.md"))
 @pytest.mark.parametrize("switch_interval", [1e-6, 0.005, 100.0], ids=["eager", "default", "never"])
 def test_foreign_threads_release_while_the_interpreter_exits(switch_interval):
-    """Foreign threads (started with pthread_create while the GIL is held,
-    so they wait for it inside the deleter) race the main thread's exit.
-    On 3.11 to 3.13, depending on timing, a deleter runs before
-    finalization, waits forever for a GIL that is never released (the
-    thread dies with the process), or finds Python finalizing and leaks; on
-    3.15 it attaches through a view of the exporting interpreter holding a
-    guard (finalization waits for it) or, once no guard can be had, leaks.
-    Whichever it is: a clean exit, every time (50 runs on 3.15)."""
+    """Memory a Python object owns. Foreign threads (started with
+    pthread_create while the GIL is held, so they wait for it inside the
+    deleter) race the main thread's exit. On 3.11 to 3.13, depending on
+    timing, a deleter runs before finalization, waits forever for a GIL that
+    is never released (the thread dies with the process), or finds Python
+    finalizing and leaks; on 3.15 it attaches through a view of the
+    exporting interpreter holding a guard (finalization waits for it) or,
+    once no guard can be had, leaks. Whichever it is: a clean exit, every
+    time (50 runs on 3.15)."""
     for _ in range(EXIT_RACE_ROUNDS):
-        assert_clean_exit(_foreign_threads_at_exit(switch_interval), "main exits")
+        assert_clean_exit(_foreign_threads_at_exit(switch_interval, OWNED_BY_PYTHON), "main exits")
+
+
+@pytest.mark.parametrize("switch_interval", [1e-6, 0.005, 100.0], ids=["eager", "default", "never"])
+def test_foreign_threads_release_memory_allocated_here_while_the_interpreter_exits(switch_interval):
+    """Host memory dlpack-ref allocated is owned by a C reference count: the
+    deleters on foreign threads touch no Python, so they finish whatever the
+    interpreter is doing (no window, on every CPython and on free-threaded
+    builds): a clean exit, every time (20 runs at each interval)."""
+    for _ in range(20):
+        assert_clean_exit(_foreign_threads_at_exit(switch_interval, ALLOCATED_HERE), "main exits")
 
 
 # On 3.15 the race is CPython's to win or lose no more: run it many times.
 EXIT_RACE_ROUNDS = 50 if sys.version_info >= (3, 15) else 1
+ALLOCATED_HERE = 'dlpack_ref.zeros((64,), dtype="float32")'
+OWNED_BY_PYTHON = 'dlpack_ref.asarray(array.array("f", bytes(256)))'
 
 
-def _foreign_threads_at_exit(switch_interval):
+def _foreign_threads_at_exit(switch_interval, make):
     return run_script(f"""
-        import ctypes, sys
+        import array, ctypes, sys
         import dlpack_ref
         from test_threads import take_ownership
 
         sys.setswitchinterval({switch_interval!r})
         # PyDLL: the GIL stays held during the call, so the threads start
-        # and block in the deleter until the main thread lets the GIL go.
+        # and, where the deleter takes the GIL, block in it until the main
+        # thread lets the GIL go.
         libc = ctypes.PyDLL(None)
         create = libc.pthread_create
         create.argtypes = [ctypes.POINTER(ctypes.c_ulong), ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
         keep = []
         for i in range(16):
-            a = dlpack_ref.zeros((64,), dtype="float32")
+            a = {make}
             deleter, address = take_ownership(a.__dlpack__(max_version=(1, 3)))
             tid = ctypes.c_ulong()
             assert create(ctypes.byref(tid), None, deleter, address) == 0

@@ -77,6 +77,45 @@ def test_a_subinterpreter_that_imports_first_is_refused_and_the_main_one_imports
     assert got == [f"ImportError: {MESSAGE}", [1.0, 2.0], f"ImportError: {MESSAGE}"]
 
 
+LOAD_BY_PATH = """
+try:
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("dlpack_ref._dlpack_ref", CORE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    result = "loaded"
+except BaseException as e:
+    result = type(e).__name__ + ": " + str(e)
+"""
+
+
+@pytest.mark.parametrize("kind", ["legacy", "isolated"])
+def test_the_core_loaded_by_path_in_a_subinterpreter_first_is_refused_and_the_main_one_imports_after(kind):
+    # Loaded by its file path, the package's own import is skipped: the core
+    # itself must refuse before it makes any state. It used to make its state
+    # first (Cython's record of the first interpreter), and the main
+    # interpreter's import then failed for good ("Interpreter change detected").
+    import dlpack_ref._dlpack_ref as core
+    load = f"CORE = {core.__file__!r}\n" + LOAD_BY_PATH
+    got = run(f"""
+        first = in_subinterpreter({kind!r}, {load!r})
+        import dlpack_ref
+        main = dlpack_ref.from_dlpack(dlpack_ref.asarray([1.0, 2.0])).tolist()
+        again = in_subinterpreter({kind!r}, {load!r})
+        print(json.dumps([first, main, again]))
+    """)
+    ours = f"ImportError: {MESSAGE}"
+    # Where the interpreter checks its extensions (an isolated one on 3.12+,
+    # every subinterpreter of a free-threaded build) CPython refuses the core
+    # itself, before its create step, in its own words: the core declares
+    # multiple interpreters not supported. The core's create step refuses the rest.
+    cpythons = "ImportError: module dlpack_ref._dlpack_ref does not support loading in subinterpreters"
+    assert got[1] == [1.0, 2.0]
+    assert got[0] == got[2] and got[0] in (ours, cpythons)
+    if kind == "legacy" and getattr(sys, "_is_gil_enabled", lambda: True)():
+        assert got[0] == ours
+
+
 def test_every_submodule_is_refused_in_a_subinterpreter():
     got = run("""
         import dlpack_ref

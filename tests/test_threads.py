@@ -106,12 +106,58 @@ def test_exports_imports_and_releases_from_8_threads():
     assert factory.live == 0
 
 
+def _allocated_here(n=4):
+    """An Array on host memory dlpack-ref allocated: a C reference count owns it."""
+    return dlpack_ref.zeros((n,), dtype="float64")
+
+
+def _owned_by_python(n=4):
+    """An Array on memory a Python object owns (an array.array's buffer)."""
+    import array
+    return dlpack_ref.asarray(array.array("d", [0.0] * n))
+
+
+MEMORY = {"allocated here": _allocated_here, "owned by a Python object": _owned_by_python}
+
+
+def _holders(a):
+    """Holders of the count of a's memory (the Array, each export); None for
+    memory a Python object owns."""
+    from dlpack_ref._dlpack_ref import _host_memory_holders
+    return _host_memory_holders(a)
+
+
+@pytest.mark.parametrize("legacy", [False, True], ids=["versioned", "legacy"])
+def test_an_export_of_memory_allocated_here_holds_a_count_not_the_array(legacy):
+    """Host memory dlpack-ref allocated is owned by a C reference count: an
+    export holds a count of it, not the Array (which is freed as soon as it
+    is dropped), and its deleter, called on a thread without the GIL (a
+    ctypes call releases it), only gives the count back."""
+    a = _allocated_here()
+    alive = weakref.ref(a)
+    assert _holders(a) == 1
+    deleter, address = take_ownership(a.__dlpack__() if legacy else a.__dlpack__(max_version=(1, 3)))
+    assert _holders(a) == 2
+    view = a[1:]
+    assert _holders(view) == 2        # a view knows the same count
+    t = threading.Thread(target=DELETER_T(deleter), args=(address,))
+    t.start()
+    t.join()
+    assert _holders(view) == 1
+    del view
+    deleter, address = take_ownership(a.__dlpack__() if legacy else a.__dlpack__(max_version=(1, 3)))
+    del a
+    assert alive() is None, "the export kept the Array alive; it should hold only the memory"
+    DELETER_T(deleter)(address)
+
+
 @pytest.mark.parametrize("legacy", [False, True], ids=["versioned", "legacy"])
 def test_deleter_called_through_ctypes_without_the_gil(legacy):
-    """A ctypes CFUNCTYPE call releases the GIL around the foreign function:
-    the deleter runs on a Python thread without the GIL, takes it, and drops
-    the last reference to the exported Array, which is freed."""
-    a = dlpack_ref.zeros((4,), dtype="float64")
+    """Memory a Python object owns: the deleter runs on a Python thread
+    without the GIL, takes it, and drops the last reference to the exported
+    Array, which is freed."""
+    a = _owned_by_python()
+    assert _holders(a) is None
     alive = weakref.ref(a)
     cap = a.__dlpack__() if legacy else a.__dlpack__(max_version=(1, 3))
     deleter, address = take_ownership(cap)
@@ -123,11 +169,15 @@ def test_deleter_called_through_ctypes_without_the_gil(legacy):
     assert alive() is None, "the deleter did not release the exported Array"
 
 
-def test_deleter_called_concurrently_from_8_threads_without_the_gil():
-    a = dlpack_ref.zeros((4,), dtype="float64")
+@pytest.mark.parametrize("memory", sorted(MEMORY))
+def test_deleter_called_concurrently_from_8_threads_without_the_gil(memory):
+    a = MEMORY[memory]()
     start = sys.getrefcount(a)
     owned = [take_ownership(a.__dlpack__(max_version=(1, 3))) for _ in range(N_THREADS * 50)]
-    assert sys.getrefcount(a) == start + len(owned)
+    if memory == "allocated here":
+        assert sys.getrefcount(a) == start and _holders(a) == 1 + len(owned)
+    else:
+        assert sys.getrefcount(a) == start + len(owned)
 
     def release(chunk):
         for deleter, address in chunk:
@@ -139,6 +189,8 @@ def test_deleter_called_concurrently_from_8_threads_without_the_gil():
     for t in threads:
         t.join()
     assert sys.getrefcount(a) == start
+    if memory == "allocated here":
+        assert _holders(a) == 1
 
 
 def _libc_pthread():
@@ -154,16 +206,23 @@ def _libc_pthread():
     return create, join
 
 
-def test_deleter_called_from_a_thread_python_never_saw():
+@pytest.mark.parametrize("memory", sorted(MEMORY))
+def test_deleter_called_from_a_thread_python_never_saw(memory):
     """A foreign library's own thread (pthread_create with the deleter as its
     start routine: same calling convention for one pointer argument) has no
-    Python thread state at all; the deleter must create one to drop its
-    reference."""
+    Python thread state at all. The deleter of memory dlpack-ref allocated
+    gives its count back with no Python (the Arrays are long gone); that of
+    memory a Python object owns creates a thread state to drop its
+    reference to the Array."""
     create, join = _libc_pthread()
-    arrays = [dlpack_ref.zeros((2, 2), dtype="int32") for _ in range(N_THREADS)]
+    arrays = [MEMORY[memory]() for _ in range(N_THREADS)]
     alive = [weakref.ref(a) for a in arrays]
     owned = [take_ownership(a.__dlpack__(max_version=(1, 3))) for a in arrays]
     del arrays
+    if memory == "allocated here":
+        assert all(ref() is None for ref in alive)
+    else:
+        assert all(ref() is not None for ref in alive)
     tids = []
     for deleter, address in owned:
         tid = ctypes.c_ulong()
@@ -172,6 +231,41 @@ def test_deleter_called_from_a_thread_python_never_saw():
     for tid in tids:
         assert join(tid, None) == 0  # CDLL call: the GIL is released while joining
     assert all(ref() is None for ref in alive)
+
+
+def test_the_deleter_of_memory_allocated_here_never_needs_the_gil():
+    """A foreign thread runs the deleter while the main thread holds the GIL
+    and waits for that thread (PyDLL calls keep the GIL): a deleter that took
+    the GIL would wait forever. In a child process, so that such a deadlock
+    fails this test instead of hanging the run."""
+    import subprocess
+    import textwrap
+    script = textwrap.dedent(f"""
+        import ctypes, sys
+        sys.path.insert(0, {str(pathlib.Path(__file__).resolve().parent)!r})
+        import dlpack_ref
+        from test_threads import take_ownership
+        libc = ctypes.PyDLL(None)
+        create, join = libc.pthread_create, libc.pthread_join
+        create.argtypes = [ctypes.POINTER(ctypes.c_ulong), ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+        join.argtypes = [ctypes.c_ulong, ctypes.c_void_p]
+        a = dlpack_ref.zeros((64,), dtype="float32")
+        for max_version in [(1, 3), None]:
+            deleter, address = take_ownership(a.__dlpack__(max_version=max_version))
+            tid = ctypes.c_ulong()
+            assert create(ctypes.byref(tid), None, deleter, address) == 0
+            assert join(tid, None) == 0
+        from dlpack_ref._dlpack_ref import _host_memory_holders
+        print(_host_memory_holders(a))
+    """)
+    if sys.platform == "win32":
+        pytest.skip("pthreads: POSIX only")
+    try:
+        out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the deleter waited for the GIL that the joining thread holds")
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip() == "1"
 
 
 def test_imported_foreign_tensor_released_from_another_thread():

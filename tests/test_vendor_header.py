@@ -5,8 +5,10 @@ Python.h; and the core and the shipped copy are that very header."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
+import sys
 import sysconfig
 from pathlib import Path
 
@@ -83,15 +85,123 @@ def test_the_header_needs_nothing_but_the_vendored_files(tmp_path, vendored):
     assert out.returncode != 0 and "dlpack_ref_tables.h" in out.stderr
 
 
+def _header_functions(text: str) -> set[str]:
+    """The names of the header's functions (every one is static inline)."""
+    return set(re.findall(r"static inline [^;{()]*?\b(\w+)\s*\(", text))
+
+
+def _header_structs(text: str) -> dict[str, list[str]]:
+    """Each `typedef struct ... name;` of the header: its field names."""
+    structs = {}
+    for m in re.finditer(r"typedef struct \w+ \{(.*?)\} (\w+);", text, re.S):
+        body = re.sub(r"/\*.*?\*/", "", m.group(1), flags=re.S)
+        fields = []
+        for decl in filter(None, (d.strip() for d in body.split(";"))):
+            pointer = re.search(r"\(\*\s*(\w+)\)", decl)
+            fields.append(pointer.group(1) if pointer else re.findall(r"\w+", decl)[-1])
+        structs[m.group(2)] = fields
+    return structs
+
+
+def _pxd_declarations(pxd: str) -> tuple[list[str], dict[str, list[str]]]:
+    """The functions of the pxd's `cdef extern from` blocks (the Cython
+    names, each with the C name it stands for) and its structs' fields
+    (None for an opaque `pass` struct)."""
+    functions = []
+    for m in re.finditer(r'^    (?!ctypedef|#)[^\n(]*?\b(\w+)(?:\s+"(\w+)")?\(', pxd, re.M):
+        functions.append((m.group(1), m.group(2) or m.group(1)))
+    structs = {}
+    for m in re.finditer(r"^    ctypedef struct (\w+):\n((?:        .*\n|\n)+)", pxd, re.M):
+        fields = []
+        for line in m.group(2).splitlines():
+            if line.startswith(" " * 9):
+                continue   # a declaration's continuation
+            line = line.split("#")[0].strip()
+            if not line or line == "pass":
+                continue
+            pointer = re.search(r"\(\*\s*(\w+)\)", line)
+            fields.append(pointer.group(1) if pointer else re.findall(r"\w+", line)[-1])
+        structs[m.group(1)] = fields or None
+    return functions, structs
+
+
+def _compile_pxd_probe(pxd_text: str, build: Path) -> subprocess.CompletedProcess:
+    """Compile a module that takes the address of every function and struct
+    field the pxd declares into a variable of the type Cython gives it
+    (inferred from the declaration): the C compiler then holds each Cython
+    declaration to the header's own, and any signature or field type that
+    differs is an incompatible-pointer error."""
+    pytest.importorskip("Cython")
+    if shutil.which("gcc") is None:
+        pytest.skip("no gcc")
+    functions, structs = _pxd_declarations(pxd_text)
+    body = [f"    cdef {name} s_{name}" for name, fields in structs.items() if fields]
+    body += [f"    f_{i} = {name}" for i, (name, _) in enumerate(functions)]
+    body += [f"    p_{name}_{field} = &s_{name}.{field}" for name, fields in structs.items() for field in fields or ()]
+    (build / "pxd").mkdir()
+    shutil.copy(ROOT / "src" / "dlpack.pxd", build / "pxd" / "dlpack.pxd")
+    (build / "pxd" / "dlpack_ref_api.pxd").write_text(pxd_text)
+    (build / "probe.pyx").write_text("# cython: language_level=3, infer_types=True\n"
+                                     "from dlpack cimport *\nfrom dlpack_ref_api cimport *\n\n"
+                                     "cdef void _probe() noexcept:\n" + "\n".join(body) + "\n")
+    out = subprocess.run([sys.executable, "-m", "cython", "-3", f"-I{build / 'pxd'}", str(build / "probe.pyx"),
+                          "-o", str(build / "probe.c")], capture_output=True, text=True)
+    if out.returncode != 0:
+        return out
+    return subprocess.run(["gcc", "-c", "-fPIC", "-Werror=incompatible-pointer-types", "-Werror=int-conversion",
+                           "-isystem", sysconfig.get_paths()["include"], f"-I{ROOT / 'include'}",
+                           f"-I{dlpack_ref.get_include()}", str(build / "probe.c"), "-o", str(build / "probe.o")],
+                          capture_output=True, text=True)
+
+
+def test_the_header_contents_lists_every_section_in_order():
+    header = (ROOT / "include" / "dlpack_ref.h").read_text()
+    contents = re.search(r" \* Contents, in order:\n((?: \*   .*\n)+)", header).group(1)
+    entries = [line[len(" *   - "):] for line in contents.splitlines() if line.startswith(" *   - ")]
+    sections = re.findall(r"^/\* --- (.+?) -{3,}", header, re.M)
+    assert len(entries) == len(sections), (entries, sections)
+    for entry, section in zip(entries, sections):
+        assert entry.startswith(re.split(r"[:(]", section)[0].strip()), (entry, section)
+
+
 def test_the_cython_api_declares_the_header_and_writes_no_rule_of_its_own():
     pxd = (ROOT / "src" / "dlpack_ref_api.pxd").read_text()
     # No Cython function bodies and no verbatim C: declarations only.
     assert "cdef inline" not in pxd and '"""' not in pxd, "dlpack_ref_api.pxd writes code; put it in dlpack_ref.h"
     assert 'cdef extern from "dlpack_ref.h"' in pxd
-    for name in ("dlpack_check_tensor", "dlpack_ref_claim", "dlpack_ref_api_versioned_block",
-                 "dlpack_ref_import", "dlpack_ref_exchange_api"):
-        assert f"{name}(" in (ROOT / "include" / "dlpack_ref.h").read_text()
-        assert f"{name}(" in pxd
+
+
+def test_the_cython_api_declares_every_function_and_struct_of_the_header():
+    header = (ROOT / "include" / "dlpack_ref.h").read_text()
+    tables = Path(dlpack_ref.get_include(), "dlpack_ref_tables.h").read_text()
+    functions, structs = _pxd_declarations((ROOT / "src" / "dlpack_ref_api.pxd").read_text())
+    declared = {c_name for _, c_name in functions}
+    public = {name for name in _header_functions(header) if "priv" not in name}
+    python_api = {"PyErr_Occurred", "PyErr_Clear"}   # declared under other names, for the hot paths
+    assert public - declared == set(), "functions of dlpack_ref.h missing from dlpack_ref_api.pxd"
+    assert declared - public - _header_functions(tables) - python_api == set(), "declared, but not in the headers"
+    header_structs = _header_structs(header)
+    for name, fields in structs.items():
+        assert name in header_structs, name
+        assert fields is None or fields == header_structs[name], name
+    assert {name for name in header_structs if "priv" not in name} == set(structs)
+
+
+def test_every_declaration_of_the_cython_api_has_the_header_s_c_type(tmp_path):
+    out = _compile_pxd_probe((ROOT / "src" / "dlpack_ref_api.pxd").read_text(), tmp_path)
+    assert out.returncode == 0, out.stderr[-4000:]
+
+
+def test_a_declaration_that_differs_from_the_header_fails_the_check(tmp_path):
+    pxd = (ROOT / "src" / "dlpack_ref_api.pxd").read_text()
+    for i, (old, new) in enumerate([("int dlpack_check_ndim(int32_t ndim)", "int dlpack_check_ndim(int64_t ndim)"),
+                                    ("void* dlpack_ref_claim(object capsule, bint* versioned)",
+                                     "void* dlpack_ref_claim(object capsule, int64_t* versioned)"),
+                                    ("        uint64_t flags              #", "        uint32_t flags              #")]):
+        assert old in pxd
+        (tmp_path / str(i)).mkdir()
+        out = _compile_pxd_probe(pxd.replace(old, new, 1), tmp_path / str(i))
+        assert out.returncode != 0 and "incompatible pointer type" in out.stderr, (new, out.stderr[-2000:])
 
 
 STREAM_PROBE = r"""
@@ -151,12 +261,12 @@ def _stream_outcome(fn, expected):
 
 
 def test_the_stream_rule_of_the_header_answers_as_written(tmp_path, vendored):
-    """The header's rule, through a vendoring extension and through the core's
-    CUDA layer (dlpack_ref._streams.stream_handle, which calls the same C):
-    the same value, or the same exception type and message."""
+    """The header's rule, through a vendoring extension and through the
+    core's binding of it (what dlpack_ref.cuda.stream checks its value
+    with): the same value, or the same exception type and message."""
     import importlib.util
 
-    from dlpack_ref._streams import stream_handle
+    from dlpack_ref._dlpack_ref import _stream_handle as stream_handle
     from support.build_ext import compile_c_extension
 
     source = tmp_path / "stream_probe.c"

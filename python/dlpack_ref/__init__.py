@@ -11,10 +11,10 @@ from __future__ import annotations
 
 def _refuse_subinterpreters() -> None:
     """ImportError in any interpreter but the main one, before any module of
-    the package is made: the compiled core keeps process-wide state (Cython
-    records the first interpreter that loads it and refuses every other
-    after it), so a subinterpreter that loaded it first would lock the main
-    interpreter out for the life of the process (docs/guarantees.md)."""
+    the package is made. The compiled core refuses such interpreters itself
+    too, before it makes any state, whichever way it is loaded (its entry
+    point, src/dlref_module.c, with the same message), but CPython refuses an
+    isolated one first, in its own words."""
     try:
         from _thread import _is_main_interpreter   # CPython 3.12+
     except ImportError:
@@ -31,6 +31,7 @@ _refuse_subinterpreters()
 
 import os as _os  # noqa: E402
 
+from . import _dlpack_ref as _core  # noqa: E402
 from ._dlpack_ref import (  # noqa: E402
     CAPSULE_NAMES,
     DLPACK_VERSION,
@@ -47,6 +48,7 @@ from ._dlpack_ref import (  # noqa: E402
     set_num_threads,
     zeros,
 )
+from . import cuda  # noqa: E402  (the public CUDA API: loads neither cuda-python nor a driver)
 from ._devices import C_ENUMERATORS, Device, DeviceType, as_device  # noqa: E402
 from ._dtypes import DTYPES, DType, DTypeCode, as_dtype  # noqa: E402
 
@@ -64,10 +66,14 @@ globals().update(DTYPES)
 
 
 def get_include() -> str:
-    """Folder holding ``dlpack.h`` and the Cython declarations ``dlpack.pxd``
-    (shipped in the wheel), for C and Cython code that builds against them."""
-    here = _os.path.join(_os.path.dirname(__file__), "include")
-    return here
+    """Folder holding the files a C, C++ or Cython library builds against or
+    vendors (shipped in the wheel): ``dlpack.h`` (the DLPack 1.3 ABI),
+    ``dlpack_ref.h`` (the vendorable protocol) with ``dlpack_ref_tables.h``
+    (its generated dtype and device tables), and the Cython declarations of
+    both headers, ``dlpack.pxd`` and ``dlpack_ref_api.pxd``."""
+    # Beside the compiled core, where the build installs them (an editable
+    # install keeps this file in the source tree, the build's files elsewhere).
+    return _os.path.join(_os.path.dirname(_core.__file__), "include")
 
 
 __all__ = [

@@ -24,11 +24,17 @@ import dlpack_ref.adopters
 def cmake_dir() -> str:
     """Folder holding ``dlpack_refConfig.cmake``: pass it as ``dlpack_ref_DIR``
     (or put its prefix on ``CMAKE_PREFIX_PATH``) to ``find_package(dlpack_ref)``."""
-    return os.path.join(os.path.dirname(dlpack_ref.__file__), "share", "cmake", "dlpack_ref")
+    return os.path.join(_installed_dir(), "share", "cmake", "dlpack_ref")
+
+
+def _installed_dir() -> str:
+    """The package folder the build installed its files into (beside the
+    compiled core; an editable install keeps the Python sources elsewhere)."""
+    return os.path.dirname(os.path.abspath(dlpack_ref._dlpack_ref.__file__))
 
 
 def _cython_include_dir() -> str:
-    return os.path.dirname(os.path.dirname(os.path.abspath(dlpack_ref.__file__)))
+    return os.path.dirname(_installed_dir())
 
 
 def main(argv=None) -> int:

@@ -28,7 +28,7 @@ from . import _cuda_driver
 from ._cuda_driver import LEGACY_STREAM, check, runtime
 from ._cuda_streams import PendingWork
 from ._devices import CUDA_DEVICE_BOUND, SUPPORTED, DeviceType
-from ._streams import NO_SYNC, stream_handle
+from ._streams import NO_SYNC, handle_of
 
 # Pitches of cuMemcpy2D are limited by CU_DEVICE_ATTRIBUTE_MAX_PITCH, which
 # is 2**31 - 1 on every GPU so far.
@@ -54,7 +54,8 @@ CACHE_LIMIT = 2 << 30
 
 class Block(NamedTuple):
     """One side of a copy. ``work``: the memory's pending-work record
-    (None for CPU memory); ``byte_strides``: per dimension, in bytes."""
+    (None for CPU memory); ``byte_strides``: per dimension of the copy's
+    shape (the two sides coalesced together), in bytes."""
 
     ptr: int
     device_type: int
@@ -318,24 +319,23 @@ def plan_copy(shape, dst_strides, src_strides, itemsize):
     """The driver copies that move an n-d strided array (strides in bytes)
     into another of the same shape, as offsets from the two first-element
     addresses: ``("1d", dst_off, src_off, nbytes)`` or ``("2d", dst_off,
-    dst_pitch, src_off, src_pitch, width, height)``. Dimensions dense on
-    both sides merge into one row; the next dimension becomes the rows of a
-    2-D copy when both pitches are at least a row and at most MAX_PITCH;
-    what remains is looped over, in C order of the destination."""
-    dims = [(n, d, s) for n, d, s in zip(shape, dst_strides, src_strides) if n != 1]
+    dst_pitch, src_off, src_pitch, width, height)``.
+
+    The core passes the dimensions coalesced (the kernels' dlref_coalesce:
+    size-1 dimensions dropped, neighbours contiguous on both sides merged;
+    a single element is no dimension at all), so nothing is merged here:
+    the innermost dimension, when dense on both sides, is one row; the next
+    becomes the rows of a 2-D copy when both pitches are at least a row and
+    at most MAX_PITCH; what remains is looped over, in C order of the
+    destination. Any other description of the same layout is copied
+    correctly too, in more calls."""
+    dims = list(zip(shape, dst_strides, src_strides))
     if any(n == 0 for n, _, _ in dims):
         return []
     width = itemsize
-    while dims and dims[-1][1] == width and dims[-1][2] == width:
+    if dims and dims[-1][1] == width and dims[-1][2] == width:
         width *= dims.pop()[0]
-    outer = []  # inner to outer, merged where both sides allow
-    for n, d, s in reversed(dims):
-        if outer:
-            pn, pd, ps = outer[-1]
-            if d == pd * pn and s == ps * pn:
-                outer[-1] = (pn * n, pd, ps)
-                continue
-        outer.append((n, d, s))
+    outer = dims[::-1]  # inner to outer
     if not outer:
         return [("1d", 0, 0, width)]
     height, dst_pitch, src_pitch = outer[0]
@@ -356,11 +356,12 @@ def plan_copy(shape, dst_strides, src_strides, itemsize):
 
 
 def _copy_stream(rt, dst_type: int, dst_id: int, src_type: int, src_id: int, stream):
-    """The stream a copy runs on, as (the DLPack value checked, the
-    CUstream handle, its device): the consumer's stream; for None and -1
-    the legacy default stream of the source's device, or of the target's
-    for a copy from the host (of the current device between host memory)."""
-    handle = stream_handle(stream)
+    """The stream a copy runs on, as (the handle the checked ``stream``
+    names, the CUstream handle, its device): the consumer's stream; for None
+    and -1 the legacy default stream of the source's device, or of the
+    target's for a copy from the host (of the current device between host
+    memory)."""
+    handle = handle_of(stream)
     home = src_id if src_type in CUDA_DEVICE_BOUND else dst_id if dst_type in CUDA_DEVICE_BOUND else None
     if home is None:
         home = rt.current_device()
@@ -405,14 +406,16 @@ def copy_array(dst: Block, src: Block, shape, itemsize: int, nbytes: int, stream
         The two sides; a strided pageable-host source is best gathered on
         the host first (one transfer instead of many).
     shape
-        The elements per dimension.
+        The elements per dimension, coalesced with both sides' byte strides
+        (``Block.byte_strides``) by the core (see ``plan_copy``).
     itemsize
         Bytes per element; 0 for packed sub-byte data, which must then be
         C-contiguous on both sides and is copied as ``nbytes`` bytes.
     nbytes
         The bytes of packed sub-byte data (ignored otherwise).
     stream
-        The consumer's stream as DLPack spells it. The copy runs on it
+        The consumer's stream, checked where it entered (None or a handle:
+        ``dlpack_ref._streams``). The copy runs on it
         (None and -1: the legacy default stream of the source's device, or
         of the target's for a copy from the host) after that stream has
         waited for the work pending on ``src`` and on ``dst`` (for a new

@@ -1,7 +1,6 @@
 """The stream model (docs/cuda.md): the record of the work pending on a
-block of memory, and the consumer's current stream.
-
-Stream values are checked by ``dlpack_ref._streams.stream_handle``.
+block of memory, and the consumer's current stream (set by
+``dlpack_ref.cuda.stream``, which checks its value).
 """
 
 from __future__ import annotations
@@ -12,9 +11,9 @@ import threading
 import weakref
 
 from ._cuda_driver import check, runtime
-from ._streams import LEGACY_STREAM, NO_SYNC, PER_THREAD_STREAM, stream_handle
+from ._streams import LEGACY_STREAM, NO_SYNC
 
-__all__ = ["PendingWork", "stream", "current_stream", "set_context_counter"]
+__all__ = ["PendingWork", "current_stream", "enter_stream", "leave_stream"]
 
 
 class PendingWork:
@@ -264,56 +263,16 @@ os.register_at_fork(after_in_child=_fresh_locks_in_child)
 # (handle, device of the handle or None for 1, 2 and -1) set by `stream`.
 _current: contextvars.ContextVar[tuple | None] = contextvars.ContextVar("dlpack_ref_cuda_stream", default=None)
 
-# The core registers a function told +1 / -1 as stream contexts are entered
-# and left, so its from_dlpack keeps a fast path while none is active.
-_context_counter = None
+def enter_stream(value: tuple):
+    """Make ``value`` (handle, device of the handle or None for 1, 2 and -1)
+    the current stream of this thread or task; returns the token that
+    ``leave_stream`` restores the previous one with."""
+    return _current.set(value)
 
 
-def set_context_counter(fn) -> None:
-    """Register ``fn(delta)``, called with +1 and -1 as ``stream`` blocks
-    are entered and left (the core's from_dlpack fast path)."""
-    global _context_counter
-    _context_counter = fn
-
-
-class stream:
-    """Set the consumer's current CUDA stream for this thread (or task:
-    a contextvar), as a context manager::
-
-        with dlpack_ref.cuda.stream(s):          # s: int handle, 1, 2, -1,
-            a = dlpack_ref.from_dlpack(x)        # or __cuda_stream__ object
-
-    Inside, ``from_dlpack`` passes ``s`` to producers whose data is on the
-    stream's device (so the producer orders its pending work before ``s``,
-    or enqueues a requested copy on it), waits for exchange-API producers on
-    ``s``, and the Array's exchange API reports ``s`` as its current work
-    stream. ``-1`` asks producers not to synchronize. A handle > 2 applies
-    to its own device only; on other devices the legacy default stream is
-    used. Nestable; the previous stream is restored on exit.
-    """
-
-    __slots__ = ("_value", "_tokens")
-
-    def __init__(self, s):
-        handle = stream_handle(s)
-        self._value = (handle, None)
-        self._tokens = []
-
-    def __enter__(self):
-        handle, _ = self._value
-        if handle > PER_THREAD_STREAM and self._value[1] is None:
-            rt = runtime()
-            self._value = (handle, rt.stream_device(handle, 0))
-        self._tokens.append(_current.set(self._value))
-        if _context_counter is not None:
-            _context_counter(1)
-        return self
-
-    def __exit__(self, *exc):
-        _current.reset(self._tokens.pop())
-        if _context_counter is not None:
-            _context_counter(-1)
-        return False
+def leave_stream(token) -> None:
+    """Restore the current stream that ``enter_stream`` replaced."""
+    _current.reset(token)
 
 
 def current_stream(device_id: int | None):

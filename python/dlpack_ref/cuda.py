@@ -1,28 +1,10 @@
 """CUDA through cuda-python (``cuda.bindings.driver``): device, managed and
 pinned memory, stream-ordered synchronization and cross-device copies.
 
-Public: ``stream`` (set the consumer's current stream), ``is_available``,
-``CUDAUnavailableError``, ``CUDAError``. The rest of this module is the
-interface the Cython core calls (documented in docs/cuda.md). The core
-passes what each call needs (pointers, devices, strides and the memory's
-``PendingWork`` record, shared by an Array and all its views); nothing
-here reads an Array:
-
-- ``require()``: raise CUDAUnavailableError naming what is missing;
-- ``allocate(device, nbytes, copy_from=None) -> owner`` with ``.ptr`` and
-  ``.work``, given back exactly once (to the device's memory pool, a cache
-  or the driver), in the order of the copy ``copy_from`` names;
-- ``copy_array(dst, src, shape, itemsize, nbytes, stream)`` with two
-  ``Block`` descriptions, and ``memset(...)``;
-- ``export_sync(work, device_type, device_id, stream)``: what ``__dlpack__``
-  does for the consumer's stream; ``export_copy(...)`` the same for a copy
-  it made;
-- ``host_wait(work)``: before the host reads pinned or managed memory;
-- ``imported(work, device_id, stream)``: a producer ordered its data on
-  ``stream``;
-- ``consumer_stream_for(source, target)``: the stream from_dlpack passes;
-- the exchange API: ``current_stream_handle(device_id)``,
-  ``export_no_sync``, ``record_current``, ``wait_for_producer``.
+The public CUDA API: ``stream`` (set the consumer's current stream),
+``is_available``, ``require``, ``CUDAUnavailableError``, ``CUDAError``. The
+calls the compiled core makes into the CUDA layer are in
+``dlpack_ref._cuda_layer`` (documented in docs/cuda.md).
 
 Importing this module needs neither cuda-python nor a driver; the first
 CUDA request loads them.
@@ -31,13 +13,11 @@ CUDA request loads them.
 from __future__ import annotations
 
 from ._cuda_driver import CUDAError, CUDAUnavailableError, runtime
-from ._cuda_memory import Block, allocate, copy_array, memset
-from ._cuda_streams import PendingWork, current_stream, stream
-from ._devices import CUDA_DEVICE_BOUND, HOST_ACCESSIBLE
-from ._streams import LEGACY_STREAM, NO_SYNC, PER_THREAD_STREAM, stream_handle
+from ._cuda_streams import enter_stream, leave_stream
+from ._dlpack_ref import _stream_context_entered, _stream_handle
+from ._streams import PER_THREAD_STREAM
 
-__all__ = ["CUDAError", "CUDAUnavailableError", "is_available", "stream"]
-
+__all__ = ["CUDAError", "CUDAUnavailableError", "is_available", "require", "stream"]
 
 
 def require() -> None:
@@ -55,126 +35,41 @@ def is_available() -> bool:
     return True
 
 
-def _waiter_device(device_type: int, device_id: int, handle: int, rt) -> int:
-    """The device whose default streams 1 and 2 name for memory on
-    ``(device_type, device_id)``: its own GPU, or for pinned memory the
-    current device (DLPack: the consumer's stream is current there)."""
-    if device_type in CUDA_DEVICE_BOUND:
-        return device_id
-    return rt.stream_device(handle, 0) if handle > PER_THREAD_STREAM else rt.current_device()
+class stream:
+    """Set the consumer's current CUDA stream for this thread (or task:
+    a contextvar), as a context manager::
 
+        with dlpack_ref.cuda.stream(s):          # s: int handle, 1, 2, -1,
+            a = dlpack_ref.from_dlpack(x)        # or __cuda_stream__ object
 
-def export_sync(work: PendingWork, device_type: int, device_id: int, stream) -> None:
-    """Order the consumer's ``stream`` after the memory's pending work.
+    Inside, ``from_dlpack`` passes ``s`` to producers whose data is on the
+    stream's device (so the producer orders its pending work before ``s``,
+    or enqueues a requested copy on it), waits for exchange-API producers on
+    ``s``, and the Array's exchange API reports ``s`` as its current work
+    stream. ``-1`` asks producers not to synchronize. A handle > 2 applies
+    to its own device only; on other devices the legacy default stream is
+    used. Nestable; the previous stream is restored on exit.
 
-    Parameters
-    ----------
-    work
-        The memory's pending-work record.
-    device_type, device_id
-        Where the memory is (a device of the CUDA family).
-    stream
-        As DLPack spells it. -1: nothing. None for memory the host reads
-        (pinned, managed): the host may read it on return, so the host waits
-        for the pending work (an event or stream sync, never a device sync).
-        Otherwise an event wait on the consumer's stream; the host never
-        blocks.
+    ``s`` is checked here, once, by the stream rule of include/dlpack_ref.h
+    (ValueError or TypeError as ``__dlpack__`` gives them).
     """
-    handle = stream_handle(stream)
-    if handle == NO_SYNC or work.idle:
-        return
-    if stream is None and device_type in HOST_ACCESSIBLE:
-        work.wait_on_host()
-        return
-    rt = runtime()
-    work.order_before(handle, _waiter_device(device_type, device_id, handle, rt))
 
+    __slots__ = ("_value", "_tokens")
 
-def export_copy(work: PendingWork, device_type: int, device_id: int, stream) -> None:
-    """Order the consumer's ``stream`` after the copy an export just made
-    (``copy=True``, or a ``dl_device`` move) into memory of the CUDA
-    family on ``(device_type, device_id)``, as ``export_sync`` orders it
-    after any write: the consumer uses the copy there, so 1, 2 and None
-    name default streams of the copy's device, while the copy ran on a
-    default stream of the source's device (see ``copy_array``). A handle
-    (> 2) is the stream the copy ran on: nothing more to order."""
-    if stream_handle(stream) > PER_THREAD_STREAM:
-        return
-    export_sync(work, device_type, device_id, stream)
+    def __init__(self, s):
+        self._value = (_stream_handle(s), None)
+        self._tokens = []
 
+    def __enter__(self):
+        handle, _ = self._value
+        if handle > PER_THREAD_STREAM and self._value[1] is None:
+            self._value = (handle, runtime().stream_device(handle, 0))
+        self._tokens.append(enter_stream(self._value))
+        # The core's from_dlpack keeps its fast path while no context is open.
+        _stream_context_entered(1)
+        return self
 
-def host_wait(work: PendingWork) -> None:
-    """Block until the host can read memory with this record (pinned or
-    managed memory): the pending write is done."""
-    work.wait_on_host()
-
-
-def imported(work: PendingWork, device_type: int, device_id: int, stream) -> None:
-    """A producer ordered its data on the consumer's ``stream`` (not -1):
-    that is the memory's last write now. An event is recorded on it at
-    once, so the stream may be destroyed afterwards and a per-thread
-    default stream means the importing thread's."""
-    handle = stream_handle(stream)
-    rt = runtime()
-    work.record(handle, _waiter_device(device_type, device_id, handle, rt))
-
-
-def consumer_stream_for(source, target):
-    """The ``stream`` from_dlpack passes to a producer whose data is on
-    ``source`` (a Device of the CUDA family) for use on ``target``: the
-    stream set with ``stream()`` when it belongs to the source's device
-    (DLPack: the stream is on the producer's device), -1 when no sync was
-    asked, else None (the legacy default stream)."""
-    dev = source.id if source.type in CUDA_DEVICE_BOUND else None
-    return current_stream(dev)
-
-
-def current_stream_handle(device_id: int):
-    """The consumer's current stream for ``device_id`` as a CUstream value
-    (what the C exchange API's current_work_stream reports), or None for
-    the legacy default stream / no stream."""
-    h = current_stream(device_id)
-    return None if h is None or h == NO_SYNC else h
-
-
-def _current_work_stream(device_type: int, device_id: int) -> int:
-    h = current_stream(device_id if device_type in CUDA_DEVICE_BOUND else None)
-    return LEGACY_STREAM if h is None or h == NO_SYNC else h
-
-
-def export_no_sync(work: PendingWork, device_type: int, device_id: int) -> None:
-    """The exchange API hands the memory out without synchronizing: order
-    the stream that ``current_work_stream`` reports for the device after
-    the pending work (an event wait), so a consumer that waits for that
-    stream sees the data."""
-    if work.idle:
-        return
-    handle = _current_work_stream(device_type, device_id)
-    work.order_before(handle, _waiter_device(device_type, device_id, handle, runtime()))
-
-
-def record_current(work: PendingWork, device_type: int, device_id: int) -> None:
-    """The exchange API received memory from a library that enqueued its
-    work on the stream ``current_work_stream`` reported: that is the last
-    write."""
-    handle = _current_work_stream(device_type, device_id)
-    work.record(handle, _waiter_device(device_type, device_id, handle, runtime()))
-
-
-def wait_for_producer(work: PendingWork, device_type: int, device_id: int, producer_stream: int) -> None:
-    """An exchange-API import (no sync by the producer): the producer's
-    current work stream (0/NULL: its legacy default) holds the last write;
-    our current stream (the one set with ``stream()``, else the legacy
-    default) waits for it and becomes the last write; with ``stream(-1)``
-    nothing waits."""
-    rt = runtime()
-    producer = producer_stream or LEGACY_STREAM
-    with work.lock:     # one read-modify-write of the record
-        work.record(producer, _waiter_device(device_type, device_id, producer, rt))
-        ours = current_stream(device_id if device_type in CUDA_DEVICE_BOUND else None)
-        if ours == NO_SYNC:
-            return
-        ours = ours or LEGACY_STREAM
-        dev = _waiter_device(device_type, device_id, ours, rt)
-        work.order_before(ours, dev)
-        work.record(ours, dev)
+    def __exit__(self, *exc):
+        leave_stream(self._tokens.pop())
+        _stream_context_entered(-1)
+        return False
