@@ -112,6 +112,25 @@ def test_consuming_twice_raises_buffererror(factory, versioned):
     assert deleter_calls(factory) == 1
 
 
+@pytest.mark.parametrize("versioned", [True, False], ids=["versioned", "legacy"])
+def test_a_capsule_made_used_and_taken_anyway_is_the_takers(factory, versioned):
+    # A consumer that ignores the used_ name and imports the capsule names it
+    # used_ again, in its own string: the factory's destructor must see the
+    # rename and leave the tensor to it (comparing the names' text, it freed
+    # the struct under the live Array, a crash on a debug build).
+    set_name = ctypes.pythonapi.PyCapsule_SetName
+    set_name.argtypes, set_name.restype = (ctypes.py_object, ctypes.c_char_p), ctypes.c_int
+    cap = factory.make(versioned=versioned, name=used_name(versioned), fill=float32_bytes(range(6)))
+    set_name(cap, NAME_VERSIONED if versioned else NAME_LEGACY)
+    a = from_dlpack(cap)
+    assert capsule_name(cap) == used_name(versioned)
+    del cap
+    assert deleter_calls(factory) == 0
+    assert a.tolist() == [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]
+    del a
+    assert deleter_calls(factory) == 1
+
+
 @pytest.mark.parametrize("name, shown", [
     (b"foo", "'foo'"),
     (b"DLTENSOR", "'DLTENSOR'"),

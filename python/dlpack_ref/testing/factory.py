@@ -95,7 +95,8 @@ class _Record:
     cap_id: int
     counts: _Counts
     buffers: list | None
-    name: bytes | None
+    #: where the capsule's name was when it was made (0 for NULL)
+    name_address: int
     versioned: bool
     released: bool = False
 
@@ -141,10 +142,13 @@ def _on_capsule_destroyed(capsule: int) -> None:
         record = _BY_CONTEXT.pop(context or 0, None)
     if record is None:
         return
-    name = _c_string(PyCapsule_GetName(capsule))
-    if name != record.name:
-        return  # a consumer renamed it: it owns the tensor now
-    struct_address = PyCapsule_GetPointer(capsule, name)
+    name_address = PyCapsule_GetName(capsule) or 0
+    if name_address != record.name_address:
+        # A consumer renamed it: it owns the tensor now. Compared by address,
+        # not text: a capsule made named used_* and consumed by one that
+        # ignores the name is renamed used_* again, by the consumer's string.
+        return
+    struct_address = PyCapsule_GetPointer(capsule, _c_string(name_address))
     if record.released:
         # The deleter ran already, from a consumer that kept the capsule's
         # name: the struct is freed. Count the second call a real destructor
@@ -367,10 +371,12 @@ class CapsuleFactory:
         struct.deleter = _DELETER_ADDRESS if deleter else None
 
         address = ctypes.addressof(struct)
+        name_buffer = _name_buffer(name)
         with _LOCK:
             cap_id = next(_CAP_IDS)
             struct.manager_ctx = cap_id
-            record = _Record(cap_id, self._counts, buffers, name, versioned)
+            name_address = 0 if name_buffer is None else ctypes.addressof(name_buffer)
+            record = _Record(cap_id, self._counts, buffers, name_address, versioned)
             if deleter:
                 _RECORDS[address] = record
                 self._counts.live += 1
@@ -378,7 +384,7 @@ class CapsuleFactory:
                 self._no_deleter_buffers.append(buffers)
                 record.released = True
             _BY_CONTEXT[cap_id] = record
-        capsule = PyCapsule_New(address, _name_buffer(name), _CAPSULE_DESTRUCTOR_ADDRESS)
+        capsule = PyCapsule_New(address, name_buffer, _CAPSULE_DESTRUCTOR_ADDRESS)
         PyCapsule_SetContext(id(capsule), cap_id)
         self.last_data = data_address or 0
         self.last_id = cap_id
