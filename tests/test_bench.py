@@ -22,6 +22,8 @@ from dlpack_ref.harness import registry
 from dlpack_ref.harness.output import EXIT_FAILED, EXIT_MISSING, EXIT_OK, EXIT_USAGE
 from support import command, hostile_libraries
 
+pytestmark = pytest.mark.harness
+
 SECRET = "support.secret_copy"
 CRASHING = "support.crashing_import"
 

@@ -12,6 +12,8 @@ from dlpack_ref.harness import registry
 from dlpack_ref.harness.bundle import BundleError, bundle, definition_source
 from dlpack_ref.testing import factory, reader
 
+pytestmark = pytest.mark.harness
+
 READS_ITS_OWN_CAPSULE = """
 f = CapsuleFactory()
 cap = f.make(shape=(2, 2), dtype=(2, 64, 1), fill=struct.pack("<4d", 1.5, 2.5, 3.5, 4.5))

@@ -22,6 +22,7 @@ from dlpack_ref.conformance.rules import entries
 from dlpack_ref.harness.output import EXIT_FAILED, EXIT_MISSING, EXIT_USAGE
 from support import command, hostile_libraries
 
+pytestmark = pytest.mark.harness
 
 # A consumer broken on purpose in exactly two rules (tests/support/broken_consumer.py):
 # the gate's tests must not depend on which rules another library breaks today.

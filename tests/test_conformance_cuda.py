@@ -25,7 +25,7 @@ from dlpack_ref.harness.registry import subject as library
 from dlpack_ref.testing import FLAG_IS_COPIED, DLManagedTensorVersioned, read_capsule
 from support import cudasim, cudatest
 
-pytestmark = cudatest.marks()
+pytestmark = [*cudatest.marks(), pytest.mark.harness]
 
 CUDA_RULES = [e.rule.id for e in entries() if e.side == "cuda"]
 

@@ -31,6 +31,8 @@ from dlpack_ref.harness.subject import keywords_taken
 from dlpack_ref.testing import DELETER_T, CapsuleFactory, ForeignProducer, read_capsule
 from support import command, hostile_libraries
 
+pytestmark = pytest.mark.harness
+
 INSTALLED, _ = installed()
 RULES = {e.rule.id: e.rule for e in entries()}
 

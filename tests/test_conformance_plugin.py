@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.harness
+
 pytest_plugins = ["pytester"]
 
 # dlpack_ref's own producer with a consumer broken on purpose in exactly two

@@ -14,6 +14,8 @@ import zlib
 
 import pytest
 
+pytestmark = pytest.mark.harness
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("check_docs_render", ROOT / "tools" / "check_docs_render.py")
 render = importlib.util.module_from_spec(_spec)

@@ -28,7 +28,7 @@ import pytest
 from dlpack_ref.conformance.rules import entries
 from support import breakers, command, cudasim, cudatest
 
-pytestmark = pytest.mark.thread_unsafe(reason="checks two breakers at a time from one cache of child processes")
+pytestmark = [pytest.mark.thread_unsafe(reason="checks two breakers at a time from one cache of child processes"), pytest.mark.harness]
 
 RULES = {e.rule.id: e.rule for e in entries()}
 SIDES = {e.rule.id: e.side for e in entries()}
