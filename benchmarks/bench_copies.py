@@ -9,8 +9,11 @@ threads, ml_dtypes; ``from_dlpack(ndarray, copy=True)`` beside NumPy's
 conversions of NumPy data: 1.0 from 1 MiB on, 1.1 below), the same case
 with dlpack_ref on one thread against NumPy beside it, the peak memory of conversions (VmHWM of
 this process, reset before each), and saves benchmarks/results/copies.json
-and a chart benchmarks/results/copies.png (drawn by this run, or removed when
-matplotlib is missing: a chart never shows another run's numbers). ``--big`` adds the 1 GiB copies
+(with the command, the machine, the load average at the start and the end,
+the settings and the versions: benchmarks/runinfo.py; tools/docs_figures.py
+renders it into docs/benchmarks.md) and a chart benchmarks/results/copies.png
+(drawn by this run, or removed when matplotlib is missing: a chart never
+shows another run's numbers). ``--big`` adds the 1 GiB copies
 (about 4 GiB of memory). Instruction counts of the short calls:
 benchmarks/callgrind_exchange.py.
 """
@@ -25,10 +28,10 @@ import os
 import sys
 
 import numpy as np
+import runinfo  # benchmarks/runinfo.py: this folder is first on sys.path
 
 import dlpack_ref as dr
 from dlpack_ref.bench.chart import pyplot_or_remove
-from dlpack_ref.bench.measure import machine
 from dlpack_ref.bench.timing import compare
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -295,7 +298,7 @@ def main(argv=None) -> int:
     p.add_argument("--png", default=os.path.join(HERE, "results", "copies.png"))
     args = p.parse_args(argv)
     rounds = 7 if args.quick else 31
-    start = machine()
+    start = runinfo.start()
     print(f"load average at start: {start['load_average'][0]:.2f} on {start['cores']} CPUs")
     rows = []
     for title, cases in (("copies", copy_cases(args.big)), ("conversions", conversion_cases()),
@@ -310,23 +313,23 @@ def main(argv=None) -> int:
         return 0
     print("peak memory")
     memory = peak_memory()
-    end = machine()
-    print(f"load average at end: {end['load_average'][0]:.2f}")
+    run = runinfo.record(start, modules=["numpy", "torch", "ml_dtypes"], settings={
+        "quick": args.quick, "big": args.big, "rounds": rounds, "threads": dr.get_num_threads(),
+        "quiet_s": QUIET_S})
+    print(f"load average at end: {run['machine']['load_average']['end'][0]:.2f}")
     failed = [r["case"] for r in rows + memory if not r["pass"]]
     print(f"{len(rows) + len(memory) - len(failed)} of {len(rows) + len(memory)} targets met"
           + (f"; missed: {', '.join(failed)}" if failed else ""))
-    os.makedirs(os.path.dirname(args.json), exist_ok=True)
-    with open(args.json, "w") as f:
-        json.dump({"versions": {"numpy": np.__version__, "torch": getattr(torch, "__version__", None),
-                                "ml_dtypes": getattr(ml_dtypes, "__version__", None), "python": sys.version.split()[0]},
-                   "machine": {"cpu": start["cpu"], "cores": start["cores"],
-                               "load_average": {"start": start["load_average"], "end": end["load_average"]}},
-                   "quick": args.quick, "rows": rows, "memory": memory}, f, indent=2)
-    print(f"saved {args.json}")
     if save_chart(rows, args.png):
+        chart = os.path.basename(args.png)
         print(f"saved {args.png}")
     else:
+        chart = None
         print(f"no chart: matplotlib is not installed (pip install 'dlpack-ref[bench]'); {args.png} removed")
+    os.makedirs(os.path.dirname(args.json), exist_ok=True)
+    with open(args.json, "w") as f:
+        json.dump({**run, "chart": chart, "rows": rows, "memory": memory}, f, indent=2)
+    print(f"saved {args.json}")
     return 0
 
 

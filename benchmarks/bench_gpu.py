@@ -18,7 +18,9 @@ baselines users would compare against, in one process:
 
     python benchmarks/bench_gpu.py [--json PATH] [--quick] [--simulator]
 
-Prints a table; writes JSON to PATH (or $OUT/bench_gpu.json when $OUT is set).
+Prints a table; writes JSON to PATH (or $OUT/bench_gpu.json when $OUT is set),
+with the run that made it (the command, the machine, the load average at the
+start and the end, the settings and the versions: benchmarks/runinfo.py).
 Exits 1 when CUDA cannot be used. ``--simulator`` runs on the simulated
 driver of tests/support (checks that the script works; its numbers mean
 nothing).
@@ -34,6 +36,7 @@ import sys
 import time
 
 import numpy as np
+import runinfo  # benchmarks/runinfo.py: this folder is first on sys.path
 
 import dlpack_ref as dr
 from dlpack_ref import cuda
@@ -203,8 +206,12 @@ def main(argv=None):
         return 1
     sizes = [1 << 20, 16 << 20, 64 << 20, 256 << 20] if not args.quick else [1 << 20, 16 << 20, 64 << 20]
     repeat = 5 if args.quick else 15
+    began = runinfo.start()
     results = {"driver": "simulator" if args.simulator else "real",
                "bandwidth": bandwidth(sizes, repeat), "exchange": exchange(repeat)}
+    results = {**runinfo.record(began, modules=["numpy", "cupy", "cuda.bindings"],
+                                settings={"quick": args.quick, "sizes": sizes, "repeat": repeat,
+                                          "simulator": args.simulator}), **results}
 
     print(f"{'copy':10} {'stream':6} {'bytes':>10} {'raw GB/s':>9} {'to_device GB/s':>14} {'ratio':>6} "
           f"{'median':>6}  goal >= 0.95   (D2H: raw into pinned; pageable GB/s; sim: driver allocs/call)")

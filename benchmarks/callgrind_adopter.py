@@ -5,14 +5,18 @@ as callgrind_exchange.py counts (its cases and method are reused). The
 adopters are the installed package's, built first into a temporary folder
 with the commands docs/vendoring.md prints (tests/support/adopter_recipe.py).
 
-    python benchmarks/callgrind_adopter.py [--loops N] [--clock]
+    python benchmarks/callgrind_adopter.py [--loops N] [--clock] [--json PATH]
 
 ``--clock`` adds the wall-clock ratios of the same targets, interleaved
 (dlpack_ref.bench.timing: the compared calls alternate within every round
 and each keeps its minimum), beside the instruction counts.
 
 Targets: an adopter's import costs at most numpy.from_dlpack of a NumPy
-array; its export at most ndarray.__dlpack__.
+array; its export at most ndarray.__dlpack__. The counts, with the run that
+made them (the command, the machine, the versions of Python, NumPy, Cython,
+pybind11, nanobind and the compilers, the loops), go to
+benchmarks/results/callgrind_adopter.json; tools/docs_figures.py renders it
+into docs/vendoring.md, "Speed".
 """
 
 from __future__ import annotations
@@ -96,9 +100,11 @@ def main(argv=None) -> int:
         os.environ["PYTHONPATH"] = tmp + os.pathsep + os.environ.get("PYTHONPATH", "")
         cg.CASES.update(CASES)
         cg.TARGETS[:] = TARGETS
+        cg.MODULES[:] = ["numpy", "Cython", "pybind11", "nanobind"]
+        cg.EXTRA_VERSIONS.update({"cc": cg.runinfo.compiler("cc"), "c++": cg.runinfo.compiler("c++")})
         names = sorted({n for t in TARGETS for n in t[:2]})
-        return cg.main([*argv, "--only", *names,
-                        "--json", os.path.join(HERE, "results", "callgrind_adopter.json")])
+        out = [] if "--json" in argv else ["--json", os.path.join(HERE, "results", "callgrind_adopter.json")]
+        return cg.main([*argv, "--only", *names, *out])
 
 
 if __name__ == "__main__":

@@ -10,7 +10,9 @@ inside it, the loop's own cost subtracted).
     python benchmarks/callgrind_exchange.py [--loops N] [--only NAME ...] [--annotate NAME]
 
 ``--annotate NAME`` keeps the 2N profile of that case and prints
-``callgrind_annotate`` of it (where the instructions go).
+``callgrind_annotate`` of it (where the instructions go). The JSON carries the
+run beside the counts (the command, the machine, the versions, the loops:
+benchmarks/runinfo.py).
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ import os
 import subprocess
 import sys
 import tempfile
+
+import runinfo  # benchmarks/runinfo.py: this folder is first on sys.path
 
 from dlpack_ref.bench import callgrind
 
@@ -75,6 +79,11 @@ CASES = {
     "tvm_ffi.from_dlpack(torch) ndim 64": ("import torch, tvm_ffi\nt = torch.zeros((1,) * 64)", "tvm_ffi.from_dlpack(t)"),
 }
 
+# Modules whose versions the counts depend on (callgrind_adopter.py sets its own).
+MODULES = ["numpy", "torch", "tvm_ffi"]
+# Versions of what is not a module (callgrind_adopter.py adds the compilers).
+EXTRA_VERSIONS: dict = {}
+
 # The targets: (case, reference case, most allowed ratio).
 TARGETS = [
     ("dlpack_ref.from_dlpack(numpy)", "numpy.from_dlpack(numpy)", 1.0),
@@ -120,6 +129,7 @@ def main(argv=None) -> int:
         print(why, file=sys.stderr)
         return 2
     names = args.only or list(CASES)
+    began = runinfo.start()
     results, loop_cost = {}, None
     # The kept profile's path, set apart from the loop's per-case `keep`
     # (None for every case but the annotated one, whatever its position).
@@ -147,7 +157,10 @@ def main(argv=None) -> int:
     if args.json is not None:   # a partial run (--only) writes only where it is told to
         os.makedirs(os.path.dirname(args.json), exist_ok=True)
         with open(args.json, "w") as f:
-            json.dump({"loops": args.loops, "loop_overhead": loop_cost, "instructions_per_call": results}, f, indent=2)
+            run = runinfo.record(began, modules=MODULES, extra_versions=EXTRA_VERSIONS,
+                                 settings={"loops": args.loops, "cases": names})
+            json.dump({**run, "loops": args.loops, "loop_overhead": loop_cost, "instructions_per_call": results},
+                      f, indent=2)
     if annotated is not None and os.path.exists(annotated):
         subprocess.run(["callgrind_annotate", "--inclusive=yes", annotated], check=False)
     return 0

@@ -8,8 +8,10 @@ least 10 % (the geometric mean of the cases' ratios at most 0.9) and no
 case is slower split, at that size and at every larger one. Where no size gains that much (a machine whose
 other processes leave no core free), the break-even size stands in: the
 smallest from which the geometric mean stays at most 1.05. The core's grain (DLREF_POOL_GRAIN in src/dlref_split.h: the least bytes a part
-moves) is half of it. Results: benchmarks/results/pool_threshold.json and
-docs/benchmarks.md, "Worker pool threshold".
+moves) is half of it. Results: benchmarks/results/pool_threshold.json (with
+the machine, the load average at the start and the end, the settings and the
+versions: benchmarks/runinfo.py), rendered into docs/benchmarks.md, "Worker
+pool threshold", by tools/docs_figures.py.
 
     python benchmarks/pool_threshold.py [--quick] [--runs N] [--threads N] [--json PATH]
 
@@ -25,6 +27,7 @@ import os
 import sys
 
 import numpy as np
+import runinfo
 
 import dlpack_ref as dr
 from dlpack_ref import _dlpack_ref as core
@@ -113,14 +116,16 @@ def main(argv=None) -> int:
         print("one core available: nothing to split")
         return 1
     sizes = [256 * KIB << i for i in range(8)]  # 256 KiB .. 32 MiB moved
-    print(f"load average at start: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs, "
+    runs_asked, rounds = (1, 5) if args.quick else (args.runs, 21)
+    began = runinfo.start()
+    print(f"load average at start: {began['load_average'][0]:.2f} on {os.cpu_count()} CPUs, "
           f"{len(os.sched_getaffinity(0))} available; split in {args.threads}")
     grain = core._set_pool_grain(1)
     try:
         runs = []
-        for run in range(1 if args.quick else args.runs):
+        for run in range(runs_asked):
             print(f"run {run + 1}")
-            runs.append(sweep(sizes, args.threads, 5 if args.quick else 21))
+            runs.append(sweep(sizes, args.threads, rounds))
     finally:
         core._set_pool_grain(grain)
     rows = median_rows(runs)
@@ -137,10 +142,12 @@ def main(argv=None) -> int:
     print(f"break-even from: {even} bytes moved" if even else "break-even: not reached in the sweep")
     if found:
         print(f"threshold {found} bytes moved: grain {found // 2} bytes (DLREF_POOL_GRAIN is {grain})")
+    run = runinfo.record(began, modules=["numpy"], settings={
+        "quick": args.quick, "threads": args.threads, "runs": len(runs), "rounds": rounds, "budget_s": 0.005,
+        "sizes_bytes_moved": sizes, "gain_limit": 0.9, "break_even_limit": 1.05})
     os.makedirs(os.path.dirname(args.json), exist_ok=True)
     with open(args.json, "w") as f:
-        json.dump({"threads": args.threads, "load_average": os.getloadavg()[0], "quick": args.quick,
-                   "runs": len(runs), "gain_from_bytes_moved": gain,
+        json.dump({**run, "core_grain_bytes": grain, "gain_from_bytes_moved": gain,
                    "break_even_from_bytes_moved": even, "threshold_bytes_moved": found,
                    "geomean_by_size": {str(k): v for k, v in means.items()}, "rows": rows}, f, indent=2)
     print(f"saved {args.json}")
