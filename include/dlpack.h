@@ -8,7 +8,10 @@
  * name, value, order and layout as the upstream dlpack.h, and the include
  * guard is the upstream one, so either header may stand in for the other
  * in a translation unit.  tests/test_abi.py checks this by compiling a
- * probe against both.
+ * probe against both.  It tracks upstream's main branch, which (still at
+ * minor 3) adds kDLTPU, kDLTPUHost, kDLAscend and kDLBcomplex to the 1.3
+ * release: a header of that release has the same values for every name it
+ * has.
  *
  * Contents:
  *   1. configuration macros (version, linkage)
@@ -104,6 +107,9 @@ typedef enum {
   kDLHexagon = 16,     /* Qualcomm Hexagon DSP */
   kDLMAIA = 17,        /* Microsoft MAIA accelerator */
   kDLTrn = 18,         /* AWS Trainium */
+  kDLTPU = 19,         /* Google TPU device memory */
+  kDLTPUHost = 20,     /* host memory pinned by the TPU runtime */
+  kDLAscend = 21,      /* Huawei Ascend NPU device memory */
 } DLDeviceType;
 
 /*
@@ -145,6 +151,9 @@ typedef enum {
   /* 4-bit floating point format; bits must be 4 (a consumer rejects
      anything else) */
   kDLFloat4_e2m1fn = 17U,
+  /* complex of two bfloat16: real part then imaginary part, laid out as
+     kDLComplex */
+  kDLBcomplex = 18U,
 } DLDataTypeCode;
 
 /*
@@ -157,6 +166,8 @@ typedef enum {
  *   float32 x 4 vector   code 2 (kDLFloat),   bits 32, lanes 4
  *   int8                 code 0 (kDLInt),     bits 8,  lanes 1
  *   complex64            code 5 (kDLComplex), bits 64, lanes 1
+ *   bcomplex32           code 18 (kDLBcomplex), bits 32, lanes 1 (two
+ *                                             bfloat16)
  *   bool                 code 6 (kDLBool),    bits 8,  lanes 1 (one byte
  *                                             per element)
  *   float8_e4m3          code 8,              bits 8,  lanes 1

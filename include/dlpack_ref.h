@@ -1298,6 +1298,11 @@ static inline PyObject* dlpack_ref_table_error(PyObject* tp, const char* functio
 
 /* --- devices and arguments of the producer protocol ------------------------- */
 
+/* kDLTPU and kDLTPUHost by value: a dlpack.h of the 1.3 release (which a
+ * library may include first) has no names for them. */
+#define DLPACK_REF_PRIV_TPU 19
+#define DLPACK_REF_PRIV_TPU_HOST 20
+
 /* Whether code on `dev` can use memory on `mem` in place, without a copy:
  * the one in-place access table (docs/semantics.md prints it). */
 static inline int dlpack_ref_can_access(DLDevice dev, DLDevice mem) {
@@ -1306,6 +1311,7 @@ static inline int dlpack_ref_can_access(DLDevice dev, DLDevice mem) {
     if (m == kDLCUDAHost) return d == kDLCPU || d == kDLCUDA || d == kDLCUDAHost;
     if (m == kDLCUDAManaged) return d == kDLCPU || d == kDLCUDA || d == kDLCUDAManaged;
     if (m == kDLROCMHost) return d == kDLCPU || d == kDLROCM || d == kDLROCMHost;
+    if (m == DLPACK_REF_PRIV_TPU_HOST) return d == kDLCPU || d == DLPACK_REF_PRIV_TPU || d == DLPACK_REF_PRIV_TPU_HOST;
     return 0;
 }
 

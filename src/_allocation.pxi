@@ -89,7 +89,7 @@ cdef Array _empty_dims(const int64_t* dims, int32_t nd, DLDataType dt, DLDevice 
             raise MemoryError(f"cannot allocate {nbytes} bytes for an Array of shape {tuple([dims[j] for j in range(nd)])!r}")
         a._counted = a._own_count
         a._data = dlref_host_data(a._own_count)
-    elif dlpack_ref_device_supported(device.device_type):
+    elif dlpack_ref_device_cuda_family(device.device_type):
         owner = _cuda().allocate(_device_object(device), nbytes, copy_from)
         a._base = owner
         a._work = owner.work

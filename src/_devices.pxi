@@ -68,9 +68,10 @@ def can_access(device, memory_device):
     """Whether code on ``device`` can use memory that lives on
     ``memory_device`` in place, without a copy.
 
-    CPU reads CPU, CPU_PINNED, CUDA_MANAGED and ROCM_PINNED memory in place;
-    CUDA:k reads CUDA:k, CUDA_MANAGED and CPU_PINNED memory; every device
-    reads its own memory. CPU device ids carry no meaning (there is one host).
+    CPU reads CPU, CPU_PINNED, CUDA_MANAGED, ROCM_PINNED and TPU_PINNED
+    memory in place; CUDA:k reads CUDA:k, CUDA_MANAGED and CPU_PINNED
+    memory; TPU:k reads TPU_PINNED memory; every device reads its own
+    memory. CPU device ids carry no meaning (there is one host).
     """
     return _can_access(_parse_device(device), _parse_device(memory_device))
 

@@ -102,8 +102,8 @@ cdef Array _describe_checked(Array a):
         t = &(<DLManagedTensor*>managed).dl_tensor
     if not dlpack_ref_device_supported(t.device.device_type):
         raise BufferError(
-            f"DLTensor.device=({<int>t.device.device_type}, {t.device.device_id}) is not supported: "
-            f"dlpack-ref holds memory of {DLPACK_REF_DEVICES_SUPPORTED.decode()}")
+            f"DLTensor.device=({<int>t.device.device_type}, {t.device.device_id}) ({_device_object(t.device)}) "
+            f"is not supported: dlpack-ref holds memory of {DLPACK_REF_DEVICES_SUPPORTED.decode()}")
     cdef int32_t nd = t.ndim
     cdef int i
     _set_ndim(a, nd)
@@ -375,8 +375,11 @@ cdef Array _described_buffer(Py_buffer* view, object obj):
 def inspect(obj):
     """Describe a DLPack capsule (or ``obj.__dlpack__()``'s) without consuming
     it: name, version, flags, device, dtype, shape, strides, byte_offset and
-    the data address. A capsule passed in stays usable; one made here from an
-    object is released afterwards."""
+    the data address, as the tensor holds them, with ``device_name`` (such as
+    ``"tpu_pinned:0"``) and ``dtype_name`` (such as ``"bcomplex32"``): what
+    DeviceType and the dtype table call them, None for values neither
+    knows. A capsule passed in stays usable; one made here from an object
+    is released afterwards."""
     cap = obj
     if not PyCapsule_CheckExact(obj):
         if not hasattr(obj, "__dlpack__"):
@@ -415,7 +418,11 @@ def inspect(obj):
     else:
         return info
     info["device"] = (<int>t.device.device_type, t.device.device_id)
+    info["device_name"] = str(_device_object(t.device)) if t.device.device_id >= 0 and \
+        dlpack_ref_device_type_known(<int32_t>t.device.device_type) else None
     info["dtype"] = (t.dtype.code, t.dtype.bits, t.dtype.lanes)
+    cdef const char* dtype_name = dlpack_ref_dtype_name(t.dtype.code, t.dtype.bits, t.dtype.lanes)
+    info["dtype_name"] = None if dtype_name == NULL else (<bytes>dtype_name).decode()
     info["ndim"] = t.ndim
     if 0 <= t.ndim <= DLPACK_REF_MAX_NDIM:
         info["shape"] = None if t.shape == NULL else tuple([t.shape[i] for i in range(t.ndim)])

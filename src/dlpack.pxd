@@ -67,6 +67,11 @@ cdef extern from "dlpack.h" nogil:
         kDLHexagon = 16
         kDLMAIA = 17
         kDLTrn = 18
+        # Upstream's main branch, after the 1.3 release (a dlpack.h of that
+        # release lacks these names: use them only with this project's header)
+        kDLTPU = 19
+        kDLTPUHost = 20
+        kDLAscend = 21
 
     ctypedef struct DLDevice:
         DLDeviceType device_type
@@ -91,6 +96,7 @@ cdef extern from "dlpack.h" nogil:
         kDLFloat6_e2m3fn = 15
         kDLFloat6_e3m2fn = 16
         kDLFloat4_e2m1fn = 17
+        kDLBcomplex = 18    # upstream's main branch, after the 1.3 release
 
     ctypedef struct DLDataType:
         uint8_t code        # a DLDataTypeCode value

@@ -35,6 +35,7 @@ from dlpack cimport *
 # --- the dtype and device tables (generated from dlpack-ref's Python tables) --
 
 cdef extern from "dlpack_ref_tables.h" nogil:
+    const char* DLPACK_REF_VERSION      # the dlpack-ref release these files come from
     const char* dlpack_ref_dtype_format(uint8_t code, uint8_t bits, uint16_t lanes)
     uint32_t dlpack_ref_dtype_of_format(const char* fmt, long itemsize)
     const char* DLPACK_REF_DTYPES_ACCEPTED

@@ -23,7 +23,10 @@
      range saturate (C leaves these undefined; NumPy's results depend on the
      CPU);
    - integer to integer: modulo 2**bits (two's complement), as NumPy;
-   - to bool: nonzero (NaN is nonzero); complex to real: the real part.
+   - to bool: nonzero (NaN is nonzero); complex to real: the real part;
+   - bcomplex32 (two bfloat16) is each part as bfloat16: to complex64 by the
+     bits (exact, NaN payloads kept), from anything each part rounded once
+     as a bfloat16 is.
 
    Part of the C kernels, included through src/dlref_kernels.h. */
 
@@ -82,6 +85,13 @@ static void dlref_load(int t, const char* s, int64_t ss, int64_t n, double* re, 
     case DLREF_T_C128:
         for (i = 0; i < n; ++i) { double v[2]; memcpy(v, s + i * ss, 16); re[i] = v[0]; if (im) im[i] = v[1]; }
         return;
+    case DLREF_T_BC32:
+        for (i = 0; i < n; ++i) {
+            uint16_t v[2]; memcpy(v, s + i * ss, 4);
+            re[i] = (double)dlref_bits_f32((uint32_t)v[0] << 16);
+            if (im) im[i] = (double)dlref_bits_f32((uint32_t)v[1] << 16);
+        }
+        return;
     default: {
         const uint32_t* table = dlref_mini_table[t - DLREF_T_MINI];
         for (i = 0; i < n; ++i) re[i] = (double)dlref_bits_f32(table[(uint8_t)s[i * ss]]);
@@ -119,6 +129,14 @@ static int64_t dlref_store(int t, char* d, int64_t ds, int64_t n, const double* 
         break;
     case DLREF_T_C128:
         for (i = 0; i < n; ++i) { double w[2]; w[0] = re[i]; w[1] = im ? im[i] : 0.0; memcpy(d + i * ds, w, 16); }
+        break;
+    case DLREF_T_BC32:
+        for (i = 0; i < n; ++i) {
+            uint16_t w[2];
+            w[0] = dlref_bf16_from_f32(dlref_f32_odd_from_f64(re[i]));
+            w[1] = dlref_bf16_from_f32(dlref_f32_odd_from_f64(im ? im[i] : 0.0));
+            memcpy(d + i * ds, w, 4);
+        }
         break;
     case DLREF_T_F4X2:
         /* Two values (the lanes) per byte, first in the low nibble. */
@@ -189,6 +207,18 @@ static void dlref_run_SMALL_F16_C64(int st, int dt, char* d, int64_t ds, const c
     }
 }
 
+/* bcomplex32 to complex64 by the bits: each bfloat16 is the high half of
+   its float32 (no hardware conversion, which would quiet signaling NaNs). */
+static void dlref_run_BC32_C64(char* d, int64_t ds, const char* s, int64_t ss, int64_t n) {
+    int64_t i;
+    for (i = 0; i < n; ++i) {
+        uint16_t v[2]; uint32_t w[2];
+        memcpy(v, s + i * ss, 4);
+        w[0] = (uint32_t)v[0] << 16; w[1] = (uint32_t)v[1] << 16;
+        memcpy(d + i * ds, w, 8);
+    }
+}
+
 static void dlref_run_MINI_F32(int t, char* d, int64_t ds, const char* s, int64_t ss, int64_t n) {
     const uint32_t* table = dlref_mini_table[t - DLREF_T_MINI];
     int64_t i;
@@ -244,6 +274,10 @@ static int64_t dlref_convert_run(int dt, char* d, int64_t ds, int st, const char
             refused += dlref_convert_run(dt, d + done * ds, ds, DLREF_T_F32, (const char*)f, 4, m);
         }
         return refused;
+    }
+    if (st == DLREF_T_BC32 && dt == DLREF_T_C64) {
+        dlref_run_BC32_C64(d, ds, s, ss, n);
+        return 0;
     }
     if ((st == DLREF_T_BF16 || (st >= DLREF_T_MINI && st < DLREF_T_F4X2) || (st == DLREF_T_F16 && dt == DLREF_T_C64))
             && (dt == DLREF_T_F16 || dt == DLREF_T_C64)) {

@@ -131,6 +131,7 @@ static int64_t dlref_leaf_offset(const dlref_filler* f, int64_t leaf) {
     if (f->tid == DLREF_T_F16 || f->tid == DLREF_T_BF16) return leaf * 2;
     if (f->tid == DLREF_T_C64) return leaf * 8;
     if (f->tid == DLREF_T_C128) return leaf * 16;
+    if (f->tid == DLREF_T_BC32) return leaf * 4;
     if (f->tid == DLREF_T_F4X2) return leaf / 2;
     return leaf;
 }
@@ -139,7 +140,7 @@ static int dlref_filler_flush(dlref_filler* f) {
     int64_t refused;
     if (!f->nbuf) return 0;
     refused = dlref_store(f->tid, f->data + dlref_leaf_offset(f, f->flushed),
-                          f->tid == DLREF_T_C64 ? 8 : f->tid == DLREF_T_C128 ? 16 :
+                          f->tid == DLREF_T_C64 ? 8 : f->tid == DLREF_T_C128 ? 16 : f->tid == DLREF_T_BC32 ? 4 :
                           (f->tid == DLREF_T_F16 || f->tid == DLREF_T_BF16) ? 2 :
                           f->tid == DLREF_T_F32 ? 4 : f->tid == DLREF_T_F64 ? 8 : 1,
                           f->nbuf, f->re, dlref_is_complex_tid(f->tid) ? f->im : NULL);

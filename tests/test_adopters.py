@@ -254,6 +254,65 @@ print("ok", "gil-off" if gil_disabled_build and not sys._is_gil_enabled() else "
     assert out.split()[0] == "ok", out
 
 
+# --- the one Python API of the five (docs/vendoring.md) -------------------------------------
+
+# make(code, bits, lanes, shape, data, flags=0, cls=Tensor), as the page gives it: every
+# call here, keywords included, goes to each of the five adopters. "Sub" stands for a
+# subclass of the adopter's Tensor. (positional, keywords, read-only, of class Sub)
+_DATA = bytes(range(24))
+MAKE_CALLS = [
+    ((2, 32, 1, (2, 3), _DATA), {}, False, False),
+    ((2, 32, 1, (2, 3), _DATA, 1), {}, True, False),
+    ((2, 32, 1, (2, 3), _DATA), {"flags": 1}, True, False),
+    ((2, 32, 1, (2, 3), _DATA, 0, "Sub"), {}, False, True),
+    ((2, 32, 1, (2, 3), _DATA, 0), {"cls": "Sub"}, False, True),
+    ((2, 32, 1, (2, 3), _DATA), {"cls": "Sub", "flags": 1}, True, True),
+    ((2, 32), {"lanes": 1, "shape": (2, 3), "data": _DATA}, False, False),
+    ((), {"code": 2, "bits": 32, "lanes": 1, "shape": (2, 3), "data": _DATA, "flags": 1, "cls": "Sub"}, True, True),
+]
+# Calls every adopter refuses with TypeError, whatever its binding's words.
+MAKE_REFUSED = [
+    ((2, 32, 1, (2, 3), _DATA), {"flag": 1}),              # no such keyword
+    ((2, 32, 1, (2, 3), _DATA, 1), {"flags": 1}),          # flags twice
+    ((2, 32, 1, (2, 3), _DATA), {"cls": int}),             # not a subclass of Tensor
+    ((2, 32, 1), {"shape": (2, 3)}),                       # data missing
+]
+
+
+def test_make_takes_the_documented_arguments_by_position_and_keyword(adopter):
+    import numpy as np
+
+    c = _imported(adopter)
+
+    class Sub(c.Tensor):
+        pass
+
+    expected = np.frombuffer(_DATA, np.float32).reshape(2, 3)
+    for args, kwargs, readonly, sub in MAKE_CALLS:
+        args = tuple(Sub if a == "Sub" else a for a in args)
+        kwargs = {k: Sub if v == "Sub" else v for k, v in kwargs.items()}
+        t = c.make(*args, **kwargs)
+        assert type(t) is (Sub if sub else c.Tensor), (args, kwargs, type(t))
+        assert t.readonly is readonly, (args, kwargs)
+        back = np.from_dlpack(t)
+        assert back.ctypes.data == t.data_ptr and (back == expected).all(), (args, kwargs)
+    for args, kwargs in MAKE_REFUSED:
+        with pytest.raises(TypeError):
+            c.make(*args, **kwargs)
+
+
+def test_the_adopter_reports_the_version_of_the_dlpack_ref_it_vendors(adopter):
+    """`__version__` is DLPACK_REF_VERSION of the vendored tables, and the
+    documented check module hands it to the checker's report."""
+    name, folder = adopter
+    assert _imported(adopter).__version__ == dlpack_ref.__version__
+    out = subprocess.run([sys.executable, "-m", "dlpack_ref", "check", "--library", f"{name}_check",
+                          "--format", "json", "--rules", "producer.versioned_capsule"],
+                         capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(folder)}, timeout=600)
+    assert out.returncode == 0, out.stderr[-4000:]
+    assert json.loads(out.stdout)["libraries"][0]["version"] == dlpack_ref.__version__
+
+
 # --- the adopter's own exchange table (the header's builder) -----------------------------
 
 def _imported(adopter):

@@ -281,6 +281,7 @@ VALID_DTYPES = (
     + [(2, b, 1) for b in (16, 32, 64)] + [(4, 16, 1), (5, 64, 1), (5, 128, 1), (6, 8, 1)]
     + [(code, 8, 1) for code in range(7, 15)]
     + [(15, 6, 1), (16, 6, 1), (17, 4, 1), (17, 4, 2)]
+    + [(18, 32, 1)]   # kDLBcomplex, upstream's main branch since the 1.3 release
 )
 
 
@@ -304,6 +305,43 @@ def test_cpu_capsules_are_accepted(factory, device):
     assert a.__dlpack_device__() == device
     del a
     assert deleter_calls(factory) == 1
+
+
+def test_tpu_pinned_memory_is_held_and_read_in_place(factory):
+    """kDLTPUHost is host memory the TPU runtime pinned (JAX exports TPU
+    pinned-host arrays with it): the CPU reads it in place, as it reads
+    kDLCUDAHost memory, and exports keep its true device type."""
+    values = [1.5, -2.0, 3.25, 4.0, 0.5, 6.0]
+    a = from_dlpack(factory.make(device=(20, 0), fill=float32_bytes(values)))
+    assert a.device == dlpack_ref.Device("tpu_pinned", 0)
+    assert a.__dlpack_device__() == (dlpack_ref.DeviceType.TPU_PINNED, 0)
+    assert a.data_ptr == factory.last_data and a.tolist() == [values[:3], values[3:]]
+    assert bytes(memoryview(a)) == float32_bytes(values)
+    for kwargs in ({}, {"dl_device": (1, 0)}, {"dl_device": (20, 0)}, {"copy": False}):
+        info = read_capsule(a.__dlpack__(max_version=(1, 3), **kwargs))
+        assert (info["data"], info["device"]) == (factory.last_data, (20, 0)), kwargs
+    assert from_dlpack(a, device="cpu").data_ptr == a.data_ptr
+    copied = from_dlpack(a, device="cpu", copy=True)
+    assert copied.device == dlpack_ref.Device("cpu") and copied.data_ptr != a.data_ptr
+    assert copied.tolist() == a.tolist()
+    with pytest.raises(ValueError, match="only stream=None"):
+        a.__dlpack__(max_version=(1, 3), stream=1)
+    with pytest.raises(BufferError, match="cannot allocate memory on tpu_pinned:0"):
+        dlpack_ref.zeros((2,), device="tpu_pinned")
+    del a, copied
+    assert deleter_calls(factory) == 1
+
+
+def test_inspect_names_the_device_and_the_dtype(factory):
+    info = dlpack_ref.inspect(factory.make(shape=(2,), dtype=(18, 32, 1), device=(20, 0)))
+    assert (info["device"], info["device_name"]) == ((20, 0), "tpu_pinned:0")
+    assert (info["dtype"], info["dtype_name"]) == ((18, 32, 1), "bcomplex32")
+    for device, name in [((19, 1), "tpu:1"), ((21, 0), "ascend:0"), ((1, 0), "cpu:0"), ((99, 0), None),
+                         ((2, -1), None)]:
+        assert dlpack_ref.inspect(factory.make(device=device))["device_name"] == name, device
+    for dtype, name in [((2, 32, 1), "float32"), ((17, 4, 2), "float4_e2m1fn_x2"), ((18, 16, 1), None),
+                        ((5, 32, 1), None)]:
+        assert dlpack_ref.inspect(factory.make(dtype=dtype))["dtype_name"] == name, dtype
 
 
 @pytest.mark.parametrize("shape", [(0,), (0, 3), (3, 0, 2)])

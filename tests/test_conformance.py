@@ -157,6 +157,35 @@ def test_device_types_are_judged_by_the_devicetype_table(device_type, ok):
     assert (r.status is Status.PASS) == ok, r.line()
 
 
+@pytest.mark.parametrize("value", [19, 20, 21])
+def test_the_device_types_upstream_added_after_1_3_are_device_types(value):
+    """kDLTPU, kDLTPUHost and kDLAscend; JAX's own DLDeviceType already
+    answers kDLTPUHost for TPU pinned-host arrays."""
+    import enum
+
+    class DLDeviceType(enum.IntEnum):
+        kDLTPU = 19
+        kDLTPUHost = 20
+        kDLAscend = 21
+
+    [r] = conf.check(producer_factory=lambda dtype, shape, readonly=False: _Exports((DLDeviceType(value), 0)),
+                     only=["producer.dlpack_device_type"])
+    assert r.status is Status.PASS, r.line()
+
+
+def test_bcomplex32_is_judged_with_the_complex_dtypes():
+    """dlpack-ref exports bcomplex32 with kDLBcomplex; a producer that calls
+    it a 32-bit kDLComplex (which would be complex of two float16) fails."""
+    from support.breaking_producers import retyping, wrapping
+
+    [r] = conf.check(producer_factory=library("dlpack_ref").producer.factory, only=["producer.dtype_complex"])
+    assert r.status is Status.PASS and "bcomplex32=(18, 32, 1)" in r.detail, r.line()
+    as_complex32 = retyping("BcomplexAsComplex32", "Exports bcomplex32 as (5, 32, 1).", {(18, 32, 1): (5, 32, 1)})
+    [r] = conf.check(producer_factory=wrapping(as_complex32).factory, only=["producer.dtype_complex"])
+    assert r.status is Status.FAIL and "bcomplex32: exported (code, bits, lanes)=(5, 32, 1), expected (18, 32, 1)" \
+        in r.detail, r.line()
+
+
 def test_device_type_5_is_not_a_device_type():
     import enum
 

@@ -22,7 +22,8 @@ ml_dtypes = pytest.importorskip("ml_dtypes")
 from support import e8m0  # noqa: E402
 
 core = dr._dlpack_ref
-NAMES = [n for n in dr.DTYPES if n != "float4_e2m1fn_x2"]
+# bcomplex32 has its own tests below: its oracle is its two bfloat16 halves.
+NAMES = [n for n in dr.DTYPES if n not in ("float4_e2m1fn_x2", "bcomplex32")]
 NO_NAN = {"float6_e2m3fn", "float6_e3m2fn", "float4_e2m1fn"}
 UINT_OF_SIZE = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
@@ -546,3 +547,119 @@ def test_overflow_nan_inf_and_signed_zero_from_every_source(name):
         assert (expected[:7] == top).all(), "float6/float4 saturate to the largest finite value"
     elif _format.MINIFLOATS.get(name, (0, 0, 0, "ieee"))[3] in ("fnuz",):
         assert expected[7 + len(values) // 2] == 0, "fnuz: -0 is +0"
+
+
+# --- bcomplex32: two bfloat16, real part then imaginary part (kDLBcomplex) ------
+#
+# The oracle is each part as a bfloat16 of ml_dtypes (which has no bcomplex32
+# before 0.7): from bcomplex32, the complex64 whose parts are those bfloat16
+# widened by ml_dtypes; into it, each part converted to bfloat16 by ml_dtypes.
+
+BF16 = ml_dtypes.bfloat16
+ALL_BF16 = np.arange(1 << 16, dtype=np.uint16)
+# Every bfloat16 code in each part (NaNs of every payload and sign, infinities,
+# subnormals, signed zeros), each paired with another code.
+BC32_CODES = np.stack([ALL_BF16, ALL_BF16[::-1]], axis=1)
+
+
+def bc32_as_complex64(pairs):
+    """The complex64 of (real, imaginary) bfloat16 code pairs, part by part by ml_dtypes."""
+    return np.ascontiguousarray(pairs.view(BF16).astype(np.float32)).view(np.complex64).reshape(-1)
+
+
+def bc32_oracle(src):
+    """(real, imaginary) bfloat16 codes of any source, each part by ml_dtypes.
+    A bfloat16 source goes through float32 (exact), so that its NaNs become
+    the quiet NaN of their sign, as every conversion into bfloat16 makes
+    them (and ml_dtypes' own bcomplex32 does)."""
+    if src.dtype == BF16:
+        src = src.astype(np.float32)
+    if src.dtype.kind == "c":
+        re, im = np.ascontiguousarray(src.real), np.ascontiguousarray(src.imag)
+    else:
+        re, im = src, np.zeros(src.shape, np.float32)
+    return np.stack([bits(oracle(re, "bfloat16")), bits(oracle(im, "bfloat16"))], axis=-1).reshape(-1, 2)
+
+
+def bc32_array(pairs):
+    return core._from_bytes(np.ascontiguousarray(pairs, np.uint16).tobytes(), "bcomplex32", pairs.shape[0])
+
+
+def test_a_bcomplex32_capsule_converts_to_complex64_exactly(factory):
+    """A CPU kDLBcomplex capsule imports zero-copy (bits 32: two bfloat16,
+    real part first) and becomes complex64 by the bits, NaN payloads kept."""
+    cap = factory.make(shape=(BC32_CODES.shape[0],), dtype=(18, 32, 1), fill=BC32_CODES.tobytes())
+    a = dr.from_dlpack(cap)
+    assert a.dtype is dr.bcomplex32 and a.data_ptr == factory.last_data and a.shape == (1 << 16,)
+    got = dr.asarray(a, dtype="complex64")
+    assert np.array_equal(bits(np.frombuffer(got._host_bytes(), np.complex64)), bits(bc32_as_complex64(BC32_CODES)))
+    # Strided and reversed views: the same loop.
+    view = a[::-3]
+    assert np.array_equal(bits(np.frombuffer(dr.asarray(view, dtype="complex64")._host_bytes(), np.complex64)),
+                          bits(bc32_as_complex64(BC32_CODES[::-3])))
+    # Python values: each part widened exactly.
+    finite = np.array([[0x0000, 0x8000], [0x3F80, 0xBFC0], [0x0001, 0x7F7F], [0xC2F7, 0x4049]], np.uint16)
+    assert dr.asarray(bc32_array(finite)).tolist() == bc32_as_complex64(finite).tolist()
+    del a, got, view
+    import gc
+    gc.collect()
+    assert factory.deleter_calls == 1
+
+
+def _quiet(src):
+    """src without signaling NaNs: a conversion through double quiets them,
+    as NumPy's casts of complex64 do (docs/semantics.md keeps only a NaN's sign)."""
+    parts = bits(src).reshape(-1)
+    quiet = (parts & 0x7FC00000 == 0x7FC00000) | (parts & 0x7F800000 != 0x7F800000) | (parts & 0x7FFFFF == 0)
+    return src[quiet.reshape(src.shape[0], -1).all(axis=1)]
+
+
+@pytest.mark.parametrize("dst_name", NAMES)
+def test_bcomplex32_converts_into_every_dtype_as_its_complex64_value(dst_name):
+    values = _quiet(bc32_as_complex64(BC32_CODES))
+    pairs = np.ascontiguousarray(values).view(np.uint32).reshape(-1, 2) >> 16
+    pairs = pairs.astype(np.uint16)
+    if dst_name in NO_NAN:
+        keep = ~np.isnan(values.real)
+        values, pairs = values[keep], pairs[keep]
+    expected = integer_rule(values, dst_name) if dst_name in INT_TYPES + ["int16", "uint8", "uint16"] \
+        else oracle(values, dst_name)
+    if dst_name == "float8_e8m0fnu" and not e8m0.ml_dtypes_rounds_by_value(ml_dtypes):
+        expected = np.array(e8m0.corrected(np.real(values), expected.view(np.uint8)), np.uint8).view(expected.dtype)
+    got = np.frombuffer(dr.asarray(bc32_array(pairs), dtype=dst_name)._host_bytes(), np_dtype(dst_name))
+    bad = np.nonzero(bits(got) != bits(expected))[0]
+    assert bad.size == 0, [(values[i], got[i], expected[i]) for i in bad[:5]]
+
+
+@pytest.mark.parametrize("src_name", NAMES)
+def test_every_dtype_converts_into_bcomplex32_a_part_at_a_time(src_name):
+    src = sources(src_name)
+    got = np.frombuffer(ours_bytes(src, src_name, "bcomplex32"), np.uint16).reshape(-1, 2)
+    expected = bc32_oracle(src)
+    bad = np.nonzero((got != expected).any(axis=1))[0]
+    assert bad.size == 0, [(src[i], got[i], expected[i]) for i in bad[:5]]
+
+
+def ours_bytes(src, src_name, dst_name):
+    flat = np.ascontiguousarray(src).reshape(-1)
+    a = core._from_bytes(flat.view(np.uint8).tobytes(), src_name, flat.size)
+    return dr.asarray(a, dtype=dst_name)._host_bytes()
+
+
+def test_python_values_into_bcomplex32_round_each_part_once():
+    values = [complex(v, -w) for v, w in zip(sources("float64").tolist(), sources("float64")[::-1].tolist())]
+    got = np.frombuffer(dr.asarray(values, dtype="bcomplex32")._host_bytes(), np.uint16).reshape(-1, 2)
+    assert np.array_equal(got, bc32_oracle(np.array(values, np.complex128)))
+    assert dr.asarray([1, 2.5, True, 1 - 3j], dtype="bcomplex32").tolist() == [1, 2.5, 1, 1 - 3j]
+    with pytest.raises(TypeError, match="cannot read a str"):
+        dr.asarray(["x"], dtype="bcomplex32")
+
+
+def test_ml_dtypes_bcomplex32_agrees_where_it_exists():
+    if not hasattr(ml_dtypes, "bcomplex32"):
+        pytest.skip(f"ml_dtypes {ml_dtypes.__version__} has no bcomplex32")
+    src = sources("complex64")
+    got = np.frombuffer(ours_bytes(src, "complex64", "bcomplex32"), np.uint16).reshape(-1, 2)
+    assert np.array_equal(got, src.astype(ml_dtypes.bcomplex32).view(np.uint16).reshape(-1, 2))
+    back = np.frombuffer(dr.asarray(bc32_array(got), dtype="complex64")._host_bytes(), np.complex64)
+    assert np.array_equal(bits(back), bits(got.reshape(-1).view(ml_dtypes.bcomplex32).astype(np.complex64)))

@@ -693,3 +693,18 @@ def test_eight_threads_writing_views_and_exporting_one_block_read_their_bytes(st
         run_threads(work)
     finally:
         sys.setswitchinterval(switch)
+
+
+def test_tpu_pinned_memory_is_host_memory_to_the_cuda_layer(factory):
+    """kDLTPUHost memory (host memory the TPU runtime pinned) is copied onto a
+    GPU as the driver copies host memory, and cannot be copied onto: dlpack-ref
+    does not allocate it."""
+    a = dr.from_dlpack(factory.make(shape=(N,), device=(20, 0), fill=VALUES.tobytes()))
+    g = dr.from_dlpack(a, device="cuda:0")
+    assert g.device == dr.Device("cuda", 0) and g.data_ptr != a.data_ptr
+    assert g.to_device("cpu").tolist() == VALUES.tolist()
+    with pytest.raises(BufferError, match="cannot allocate memory on tpu_pinned:0"):
+        g.to_device("tpu_pinned")
+    del a, g
+    gc.collect()
+    assert factory.deleter_calls == 1

@@ -18,7 +18,8 @@ TABLE = {
     "VPI": (9, "kDLVPI"), "ROCM": (10, "kDLROCM"), "ROCM_PINNED": (11, "kDLROCMHost"),
     "EXT_DEV": (12, "kDLExtDev"), "CUDA_MANAGED": (13, "kDLCUDAManaged"),
     "ONE_API": (14, "kDLOneAPI"), "WEBGPU": (15, "kDLWebGPU"), "HEXAGON": (16, "kDLHexagon"),
-    "MAIA": (17, "kDLMAIA"), "TRN": (18, "kDLTrn"),
+    "MAIA": (17, "kDLMAIA"), "TRN": (18, "kDLTrn"), "TPU": (19, "kDLTPU"),
+    "TPU_PINNED": (20, "kDLTPUHost"), "ASCEND": (21, "kDLAscend"),
 }
 
 
@@ -39,6 +40,9 @@ def test_c_enumerators():
     ("cpu_pinned", (DeviceType.CPU_PINNED, 0)),
     ("CUDA:2", (DeviceType.CUDA, 2)),
     (" rocm_pinned:3 ", (DeviceType.ROCM_PINNED, 3)),
+    ("tpu:1", (DeviceType.TPU, 1)),
+    ("tpu_pinned", (DeviceType.TPU_PINNED, 0)),
+    ("ascend:2", (DeviceType.ASCEND, 2)),
     ("gpu", (DeviceType.CUDA, 0)),
     ((2, 3), (DeviceType.CUDA, 3)),
     (("cuda", 1), (DeviceType.CUDA, 1)),
@@ -80,7 +84,7 @@ class BadProtocol:
 
 
 @pytest.mark.parametrize("spec, exc, message", [
-    ("tpu", ValueError, "unknown device type 'tpu'; expected one of \\['cpu', 'cpu_pinned', 'cuda'"),
+    ("quantum", ValueError, "unknown device type 'quantum'; expected one of \\['ascend', 'cpu', 'cpu_pinned', 'cuda'"),
     ("cuda:x", ValueError, "cannot parse device 'cuda:x': the id after ':' must be a non-negative integer"),
     ("cuda:-1", ValueError, "cannot parse device 'cuda:-1'"),
     ("cuda:1:2", ValueError, "cannot parse device 'cuda:1:2'"),
@@ -112,10 +116,10 @@ def test_hash_and_equality():
 # --- can_access: the table of docs/semantics.md ------------------------------------------
 
 def in_place(device, memory):
-    """docs/semantics.md, written out: CPU reads CPU, CPU_PINNED, CUDA_MANAGED and
-    ROCM_PINNED memory; CUDA:k reads CUDA:k, CUDA_MANAGED and CPU_PINNED;
-    every device reads its own memory (same type and id; one host, so any
-    CPU id); ROCm is analogous to CUDA."""
+    """docs/semantics.md, written out: CPU reads CPU, CPU_PINNED, CUDA_MANAGED,
+    ROCM_PINNED and TPU_PINNED memory; CUDA:k reads CUDA:k, CUDA_MANAGED and
+    CPU_PINNED; every device reads its own memory (same type and id; one
+    host, so any CPU id); ROCm and TPU are analogous to CUDA."""
     d, m = device, memory
     if d.type == m.type and (d.id == m.id or d.type == DeviceType.CPU):
         return True
@@ -123,6 +127,7 @@ def in_place(device, memory):
         DeviceType.CPU_PINNED: {DeviceType.CPU, DeviceType.CUDA, DeviceType.CPU_PINNED},
         DeviceType.CUDA_MANAGED: {DeviceType.CPU, DeviceType.CUDA, DeviceType.CUDA_MANAGED},
         DeviceType.ROCM_PINNED: {DeviceType.CPU, DeviceType.ROCM, DeviceType.ROCM_PINNED},
+        DeviceType.TPU_PINNED: {DeviceType.CPU, DeviceType.TPU, DeviceType.TPU_PINNED},
     }
     return d.type in readers.get(m.type, ())
 
@@ -142,6 +147,10 @@ def test_can_access_whole_table():
     ("cuda:0", "cuda:0", True), ("cuda:0", "cuda:1", False), ("cuda:1", "cuda_managed:0", True),
     ("cuda:1", "cpu_pinned", True), ("cuda:0", "cpu", False), ("cuda:0", "rocm_pinned", False),
     ("rocm:0", "rocm_pinned", True), ("rocm:0", "cpu_pinned", False), ("vulkan:0", "cpu", False),
+    ("cpu", "tpu_pinned", True), ("cpu:3", "tpu_pinned:0", True), ("tpu:1", "tpu_pinned", True),
+    ("tpu_pinned", "tpu_pinned", True), ("cpu", "tpu:0", False), ("cuda:0", "tpu_pinned", False),
+    ("tpu:0", "cpu", False), ("tpu_pinned", "cpu", False), ("cpu", "ascend:0", False),
+    ("ascend:0", "ascend:0", True),
 ])
 def test_can_access_rows(device, memory, expected):
     assert dr.can_access(device, memory) is expected
@@ -152,5 +161,5 @@ def test_can_access_accepts_arrays_and_rejects_junk():
     assert dr.can_access(dr.zeros(1), "cpu") is True
     with pytest.raises(TypeError, match="cannot interpret 1.5"):
         dr.can_access(1.5, "cpu")
-    with pytest.raises(ValueError, match="unknown device type 'tpu'"):
-        dr.can_access("cpu", "tpu")
+    with pytest.raises(ValueError, match="unknown device type 'quantum'"):
+        dr.can_access("cpu", "quantum")

@@ -23,6 +23,7 @@ EXPECTED = {
     "float8_e5m2fnuz": (13, 8, 1), "float8_e8m0fnu": (14, 8, 1),
     "float6_e2m3fn": (15, 6, 1), "float6_e3m2fn": (16, 6, 1),
     "float4_e2m1fn": (17, 4, 1), "float4_e2m1fn_x2": (17, 4, 2),
+    "bcomplex32": (18, 32, 1),   # kDLBcomplex, upstream's main branch since the 1.3 release
 }
 MINIFLOATS = sorted(_format.MINIFLOATS)
 
@@ -49,6 +50,7 @@ def test_dlpack_data_type(name):
 def test_kinds_and_itemsize():
     assert dr.bool.kind == "bool" and dr.int8.kind == "signed integer" and dr.uint64.kind == "unsigned integer"
     assert dr.bfloat16.kind == "real floating" and dr.complex64.kind == "complex floating"
+    assert dr.bcomplex32.kind == "complex floating" and dr.bcomplex32.itemsize == 4 and dr.bcomplex32.format is None
     assert dr.float64.itemsize == 8 and dr.complex128.itemsize == 16 and dr.bool.itemsize == 1
     assert dr.float4_e2m1fn.itemsize == 1 and dr.float4_e2m1fn.is_subbyte
     assert dr.float4_e2m1fn_x2.itemsize == 1 and dr.float6_e2m3fn.is_subbyte and not dr.uint8.is_subbyte
@@ -125,6 +127,15 @@ def test_as_dtype_ml_dtypes(name):
     t = getattr(ml_dtypes, name)
     assert dr.as_dtype(t) is dr.DTYPES[name]
     assert dr.as_dtype(np.dtype(t)) is dr.DTYPES[name]
+
+
+def test_as_dtype_ml_dtypes_bcomplex32():
+    """ml_dtypes has bcomplex32 from 0.7 on (two bfloat16, as kDLBcomplex)."""
+    np = pytest.importorskip("numpy")
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    if not hasattr(ml_dtypes, "bcomplex32"):
+        pytest.skip(f"ml_dtypes {ml_dtypes.__version__} has no bcomplex32")
+    assert dr.as_dtype(ml_dtypes.bcomplex32) is dr.as_dtype(np.dtype(ml_dtypes.bcomplex32)) is dr.bcomplex32
 
 
 def test_as_dtype_ml_dtypes_int4_has_no_equivalent():
@@ -354,5 +365,10 @@ def test_result_type_is_numpys_for_every_pair_of_standard_dtypes():
     assert result_type([DTYPES["bfloat16"], DTYPES["bool"], DTYPES["bfloat16"]]) is DTYPES["bfloat16"]
     assert result_type([DTYPES["bfloat16"], DTYPES["int8"]]) is DTYPES["float32"]
     assert result_type([DTYPES["float8_e4m3fn"], DTYPES["float64"]]) is DTYPES["float64"]
+    # bcomplex32 likewise, counting as complex64 (which holds each of its values).
+    assert result_type([DTYPES["bcomplex32"], DTYPES["bool"], DTYPES["bcomplex32"]]) is DTYPES["bcomplex32"]
+    assert result_type([DTYPES["bcomplex32"], DTYPES["int8"]]) is DTYPES["complex64"]
+    assert result_type([DTYPES["bcomplex32"], DTYPES["bfloat16"]]) is DTYPES["complex64"]
+    assert result_type([DTYPES["float64"], DTYPES["bcomplex32"]]) is DTYPES["complex128"]
     with pytest.raises(TypeError, match="float4_e2m1fn_x2 \\(lanes=2\\) has no promotion rule"):
         result_type([DTYPES["float4_e2m1fn_x2"]])

@@ -119,8 +119,9 @@ def test_a_jax_gpu_device_uses_its_local_hardware_id():
     assert dr.as_device(_JaxLikeDevice("gpu", 5, 1, "cuda 12.8")) == Device("cuda", 1)
     assert dr.as_device(_JaxLikeDevice("gpu", 2, None)) == Device("cuda", 2)
     assert dr.as_device(_JaxLikeDevice("gpu", 0, 0, "rocm 6.3")) == Device("rocm", 0)
-    with pytest.raises(ValueError, match="is a 'tpu' device, for which DLPack 1.3 has no device type"):
-        dr.as_device(_JaxLikeDevice("tpu", 0, 0))
+    assert dr.as_device(_JaxLikeDevice("tpu", 4, 1)) == Device("tpu", 1)
+    with pytest.raises(ValueError, match="is a 'quantum' device, for which DLPack 1.3 has no device type"):
+        dr.as_device(_JaxLikeDevice("quantum", 0, 0))
 
 
 # --- any array API library, without importing it --------------------------------

@@ -52,7 +52,7 @@ LOG = os.environ.get("DLPACK_REF_FUZZ_LOG")
 INT64_MAX = 2**63 - 1
 MAX_NDIM = 64
 DOCUMENTED = (BufferError, TypeError, ValueError)
-SUPPORTED_DEVICE_TYPES = {1, 2, 3, 13}  # kDLCPU, kDLCUDA, kDLCUDAHost, kDLCUDAManaged
+SUPPORTED_DEVICE_TYPES = {1, 2, 3, 13, 20}  # kDLCPU, kDLCUDA, kDLCUDAHost, kDLCUDAManaged, kDLTPUHost
 
 # DLPack 1.3's data types, written out from the header's table (not taken
 # from dlpack-ref, so the two can disagree and a test can see it).
@@ -60,6 +60,7 @@ VALID_DTYPES = (
     {(0, b, 1) for b in (8, 16, 32, 64)} | {(1, b, 1) for b in (8, 16, 32, 64)}
     | {(2, b, 1) for b in (16, 32, 64)} | {(4, 16, 1), (5, 64, 1), (5, 128, 1), (6, 8, 1)}
     | {(code, 8, 1) for code in range(7, 15)} | {(15, 6, 1), (16, 6, 1), (17, 4, 1), (17, 4, 2)}
+    | {(18, 32, 1)}
 )
 
 child_only = pytest.mark.skipif(not CHILD, reason="runs in the subprocess started by test_fuzz_in_subprocess")
@@ -93,7 +94,7 @@ huge = st.sampled_from([2**31, 2**32 + 1, 2**62, INT64_MAX, -(2**63), -INT64_MAX
 VALID = {
     "extent": st.integers(0, 4),
     "dtype": st.sampled_from(sorted(VALID_DTYPES)),
-    "device": st.tuples(st.sampled_from([1, 1, 1, 2, 3, 13]), st.sampled_from([0, 1])),
+    "device": st.tuples(st.sampled_from([1, 1, 1, 2, 3, 13, 20]), st.sampled_from([0, 1])),
     "version": st.tuples(st.just(1), st.integers(0, 5)),
     "flags": st.integers(0, 7),
     "stride": st.integers(-6, 6),

@@ -134,3 +134,13 @@ def test_verdict_on_the_shared_malformed_corpus(factory, kwargs, versioned, vali
     device_type = kwargs.get("device", (1, 0))[0]
     assert (with_policy is None) == ((valid or policy_only) and device_type in SUPPORTED), with_policy
     assert _from_dlpack_refuses(cap) == (with_policy is not None)
+
+
+def test_read_values_widens_bcomplex32_and_reads_tpu_pinned_memory(factory):
+    """bcomplex32: two bfloat16, real part first, each widened exactly; memory
+    on kDLTPUHost is host memory, read in place."""
+    import struct
+    halves = [0x3F80, 0xC040, 0x0000, 0x8000, 0x7F80, 0x3EAA]   # 1, -3; 0, -0; inf, 0.33203125
+    cap = factory.make(shape=(3,), dtype=(18, 32, 1), device=(20, 0), fill=struct.pack("<6H", *halves))
+    assert reader.read_values(cap) == [1 - 3j, complex(0.0, -0.0), complex(float("inf"), 0.33203125)]
+    assert verdict(cap) is None

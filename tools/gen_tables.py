@@ -5,7 +5,12 @@ and ``python/dlpack_ref/_devices.py``), the one place each dtype and device
 type is written; the C core and the vendorable Cython API read these lookups,
 generated from them when the extension is built, so nothing is retyped.
 
-Usage: python tools/gen_tables.py OUTPUT.h
+It also writes ``DLPACK_REF_VERSION``, the version of dlpack-ref the file
+comes from (a vendoring library may report it; the example adopters give it
+as their ``__version__``): VERSION when given (CMake passes the project's),
+else ``[project].version`` of pyproject.toml.
+
+Usage: python tools/gen_tables.py OUTPUT.h [VERSION]
 """
 
 from __future__ import annotations
@@ -13,9 +18,17 @@ from __future__ import annotations
 import importlib.util
 import struct
 import sys
+import tomllib
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parent.parent / "python" / "dlpack_ref"
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "python" / "dlpack_ref"
+
+
+def project_version() -> str:
+    """``[project].version`` of the checkout's pyproject.toml."""
+    with open(ROOT / "pyproject.toml", "rb") as f:
+        return tomllib.load(f)["project"]["version"]
 
 
 def _load(name: str):
@@ -54,7 +67,7 @@ def _c_string(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def render() -> str:
+def render(version: str | None = None) -> str:
     dtypes = _load("_dtypes")
     devices = _load("_devices")
     specs = list(dtypes.DTYPES.values())
@@ -67,6 +80,9 @@ def render() -> str:
         "#define DLPACK_REF_TABLES_H",
         "#include <stdint.h>",
         "#include <string.h>",
+        "",
+        "/* The dlpack-ref release these files come from. */",
+        f"#define DLPACK_REF_VERSION {_c_string(version or project_version())}",
         "",
         "#define DLPACK_REF_DTYPE_KEY(code, bits, lanes) \\",
         "    (((uint32_t)(code) << 24) | ((uint32_t)(bits) << 16) | (uint32_t)(lanes))",
@@ -124,10 +140,10 @@ def render() -> str:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 2:
+    if len(argv) not in (2, 3):
         print(__doc__, file=sys.stderr)
         return 2
-    text = render()
+    text = render(argv[2] if len(argv) == 3 and argv[2] else None)
     target = Path(argv[1])
     if not target.exists() or target.read_text() != text:
         target.parent.mkdir(parents=True, exist_ok=True)

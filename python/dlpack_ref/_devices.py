@@ -12,8 +12,10 @@ import sys
 
 class DeviceType(enum.IntEnum):
     """``DLDeviceType``. Names follow the array API standard where it gives
-    one; the rest of DLPack 1.3 is named in the same style. The values are the
-    C enumerators' values, so ``DeviceType.CPU == 1 == kDLCPU``."""
+    one; the rest of DLPack 1.3 (and of upstream's main branch since: TPU,
+    TPU_PINNED, ASCEND) is named in the same style, host memory pinned by a
+    device's runtime as ``<DEVICE>_PINNED``. The values are the C
+    enumerators' values, so ``DeviceType.CPU == 1 == kDLCPU``."""
 
     CPU = 1
     CUDA = 2
@@ -31,6 +33,9 @@ class DeviceType(enum.IntEnum):
     HEXAGON = 16
     MAIA = 17
     TRN = 18
+    TPU = 19
+    TPU_PINNED = 20
+    ASCEND = 21
 
 
 #: DeviceType member -> the C enumerator of dlpack.h it stands for.
@@ -51,16 +56,22 @@ C_ENUMERATORS = {
     DeviceType.HEXAGON: "kDLHexagon",
     DeviceType.MAIA: "kDLMAIA",
     DeviceType.TRN: "kDLTrn",
+    DeviceType.TPU: "kDLTPU",
+    DeviceType.TPU_PINNED: "kDLTPUHost",
+    DeviceType.ASCEND: "kDLAscend",
 }
 
 # The device families: the one place they are written. The core builds its C
 # predicates from these sets at import; the CUDA layer and the conformance
 # checker read them from here.
 
-#: Memory dlpack-ref can hold, import and allocate.
-SUPPORTED = frozenset({DeviceType.CPU, DeviceType.CUDA, DeviceType.CPU_PINNED, DeviceType.CUDA_MANAGED})
+#: Memory dlpack-ref can hold and import. It allocates on the CPU and in the
+#: CUDA family; TPU_PINNED memory (host memory the TPU runtime pinned, as JAX
+#: exports it) is held and read in place, never allocated.
+SUPPORTED = frozenset({DeviceType.CPU, DeviceType.CUDA, DeviceType.CPU_PINNED, DeviceType.CUDA_MANAGED,
+                       DeviceType.TPU_PINNED})
 #: Memory the host reads and writes in place.
-HOST_ACCESSIBLE = frozenset({DeviceType.CPU, DeviceType.CPU_PINNED, DeviceType.CUDA_MANAGED})
+HOST_ACCESSIBLE = frozenset({DeviceType.CPU, DeviceType.CPU_PINNED, DeviceType.CUDA_MANAGED, DeviceType.TPU_PINNED})
 #: Memory allocated, copied and ordered through the CUDA driver.
 CUDA_FAMILY = frozenset({DeviceType.CUDA, DeviceType.CPU_PINNED, DeviceType.CUDA_MANAGED})
 #: CUDA memory whose device id names a GPU (pinned host memory has none).

@@ -16,7 +16,8 @@ import sys
 
 class DTypeCode(enum.IntEnum):
     """``DLDataTypeCode`` of dlpack.h, under the names the C enumerators carry
-    without their ``kDL`` prefix."""
+    without their ``kDL`` prefix (BCOMPLEX, ``kDLBcomplex``, is upstream's
+    main branch since the 1.3 release)."""
 
     INT = 0
     UINT = 1
@@ -36,6 +37,7 @@ class DTypeCode(enum.IntEnum):
     FLOAT6_E2M3FN = 15
     FLOAT6_E3M2FN = 16
     FLOAT4_E2M1FN = 17
+    BCOMPLEX = 18
 
 
 class DType:
@@ -95,6 +97,7 @@ class DType:
 # checks and buffer formats, generated at build time by tools/gen_tables.py;
 # NumPy's; the conformance checker's) is derived from it. float4_e2m1fn_x2
 # is PyTorch's: one byte holding two float4 values, exported as lanes=2.
+# bcomplex32 is two bfloat16, real part then imaginary part (kDLBcomplex).
 _TABLE = """
 bool                    6     8      1  bool     ?
 int8                    0     8      1  int      b
@@ -123,6 +126,7 @@ float6_e2m3fn          15     6      1  real     -
 float6_e3m2fn          16     6      1  real     -
 float4_e2m1fn          17     4      1  real     -
 float4_e2m1fn_x2       17     4      2  real     -
+bcomplex32             18    32      1  complex  -
 """
 
 _KINDS = {"bool": "bool", "int": "signed integer", "uint": "unsigned integer",
@@ -293,8 +297,16 @@ def _array_api_dtype(obj) -> DType | None:
 
 
 def _is_extended(dt: DType) -> bool:
-    # bfloat16 and the float8/6/4 types: ml_dtypes', outside NumPy's lattice.
-    return dt.kind == "real floating" and dt.code != DTypeCode.FLOAT
+    # bfloat16, bcomplex32 and the float8/6/4 types: ml_dtypes', outside NumPy's lattice.
+    return (dt.kind == "real floating" and dt.code != DTypeCode.FLOAT) or \
+        (dt.kind == "complex floating" and dt.code != DTypeCode.COMPLEX)
+
+
+def _standard(dt: DType) -> DType:
+    # The NumPy type that holds every value of an extended one exactly.
+    if not _is_extended(dt):
+        return dt
+    return DTYPES["complex64" if dt.kind == "complex floating" else "float32"]
 
 
 def _sized(kind: str, bits: int) -> DType:
@@ -310,10 +322,11 @@ def _promote(a: DType, b: DType) -> DType:
         return b
     if b.kind == "bool":
         return a
-    # An extended float with anything but itself and bool counts as float32,
-    # which holds every one of its values (docs/semantics.md).
+    # An extended float with anything but itself and bool counts as float32
+    # (bcomplex32 as complex64), which holds every one of its values
+    # (docs/semantics.md).
     if _is_extended(a) or _is_extended(b):
-        return _promote(DTYPES["float32"] if _is_extended(a) else a, DTYPES["float32"] if _is_extended(b) else b)
+        return _promote(_standard(a), _standard(b))
     ints = ("signed integer", "unsigned integer")
     if a.kind in ints and b.kind in ints:
         if a.kind == b.kind:
@@ -342,7 +355,8 @@ def result_type(dtypes) -> DType:
     floats < complex, integers of both signs needing a wider signed type
     (uint64 with a signed one: float64). bfloat16 and the float8/6/4 types,
     which NumPy does not promote itself, keep their type with bool and
-    themselves and count as float32 otherwise. float64 for none."""
+    themselves and count as float32 otherwise; bcomplex32 likewise, counting
+    as complex64. float64 for none."""
     result = None
     for dt in dtypes:
         if dt.lanes != 1:

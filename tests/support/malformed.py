@@ -28,6 +28,8 @@ MALFORMED = [
     ("byte-offset-overflow", dict(byte_offset=1 << 63), str(1 << 63), True),
     ("device-opencl", dict(device=(4, 0)), r"\(4, 0\)", True),
     ("device-extdev", dict(device=(12, 0)), r"\(12, 0\)", True),
+    ("device-tpu", dict(device=(19, 0)), r"\(19, 0\) \(tpu:0\)", True),
+    ("device-ascend", dict(device=(21, 1)), r"\(21, 1\) \(ascend:1\)", True),
     ("device-99", dict(device=(99, 0)), r"\(99, 0\)", True),
     ("device-0", dict(device=(0, 0)), r"\(0, 0\)", True),
     ("device-negative-type", dict(device=(-1, 0)), r"\(-1, 0\)", True),
@@ -51,7 +53,7 @@ MALFORMED += [
 
 # Device types DLPack 1.3 defines but dlpack-ref holds no memory of: refused
 # by from_dlpack's own policy, accepted by the universal checks.
-POLICY_ONLY = {"device-opencl", "device-extdev"}
+POLICY_ONLY = {"device-opencl", "device-extdev", "device-tpu", "device-ascend"}
 
 # (id, make() keywords, applies to legacy): at the edge of every rule, and valid.
 VALID = [
@@ -70,4 +72,6 @@ VALID = [
     ("float4-x2", dict(dtype=(17, 4, 2)), True),
     ("float6", dict(dtype=(15, 6, 1)), True),
     ("bool", dict(dtype=(6, 8, 1)), True),
+    ("bcomplex32", dict(dtype=(18, 32, 1)), True),
+    ("device-tpu-pinned", dict(device=(20, 0)), True),
 ]

@@ -196,8 +196,9 @@ static PyObject* from_dlpack(PyObject* mod, PyObject* const* args, Py_ssize_t na
 }
 
 /* make(code, bits, lanes, shape, data: bytes, flags=0, cls=Tensor): a row-major tensor of ours (of
- * class `cls`, a subclass of Tensor) holding `data`. */
-static PyObject* make(PyObject* mod, PyObject* args) {
+ * class `cls`, a subclass of Tensor) holding `data`; every argument may be given by keyword. */
+static PyObject* make(PyObject* mod, PyObject* args, PyObject* kwargs) {
+    static char* keywords[] = {"code", "bits", "lanes", "shape", "data", "flags", "cls", NULL};
     int code, bits, lanes, d;
     unsigned long long flags = 0;
     PyObject* shape;
@@ -207,8 +208,8 @@ static PyObject* make(PyObject* mod, PyObject* args) {
     Tensor* r;
     PyTypeObject* cls = &TensorType;
     (void)mod;
-    if (!PyArg_ParseTuple(args, "iiiO!y*|KO!", &code, &bits, &lanes, &PyTuple_Type, &shape, &data, &flags,
-                          &PyType_Type, &cls))
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "iiiO!y*|KO!:make", keywords, &code, &bits, &lanes, &PyTuple_Type,
+                                     &shape, &data, &flags, &PyType_Type, &cls))
         return NULL;
     if (!PyType_IsSubtype(cls, &TensorType)) {
         PyBuffer_Release(&data);
@@ -247,7 +248,7 @@ static PyGetSetDef tensor_getset[] = {
 
 static PyMethodDef module_methods[] = {
     {"from_dlpack", (PyCFunction)(void (*)(void))from_dlpack, METH_FASTCALL | METH_KEYWORDS, NULL},
-    {"make", make, METH_VARARGS, NULL},
+    {"make", (PyCFunction)(void (*)(void))make, METH_VARARGS | METH_KEYWORDS, NULL},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, ADOPTER, NULL, -1, module_methods,
@@ -271,5 +272,8 @@ PyMODINIT_FUNC PyInit_c_adopter(void) {
     Py_INCREF(&TensorType);
     PyModule_AddObject(m, "Tensor", (PyObject*)&TensorType);
     PyModule_AddObject(m, "CopyForbiddenError", Py_NewRef(dlpack_ref_copy_forbidden_error()));
+    /* The version of dlpack-ref whose files this module vendors (a real
+       library gives its own). */
+    PyModule_AddStringConstant(m, "__version__", DLPACK_REF_VERSION);
     return m;
 }

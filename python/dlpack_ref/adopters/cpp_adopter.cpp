@@ -79,15 +79,16 @@ void tensor_dealloc(PyObject* self) {
 }
 
 /* make(code, bits, lanes, shape, data: bytes, flags=0, cls=Tensor): a row-major tensor of ours (of
- * class `cls`, a subclass of Tensor) holding `data`. */
-PyObject* make(PyObject*, PyObject* args) {
+ * class `cls`, a subclass of Tensor) holding `data`; every argument may be given by keyword. */
+PyObject* make(PyObject*, PyObject* args, PyObject* kwargs) {
+    static const char* keywords[] = {"code", "bits", "lanes", "shape", "data", "flags", "cls", nullptr};
     int code, bits, lanes;
     unsigned long long flags = 0;
     PyObject* shape;
     PyTypeObject* cls = tensor_type;
     Py_buffer data;
-    if (!PyArg_ParseTuple(args, "iiiO!y*|KO!", &code, &bits, &lanes, &PyTuple_Type, &shape, &data, &flags,
-                          &PyType_Type, &cls))
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "iiiO!y*|KO!:make", const_cast<char**>(keywords), &code, &bits,
+                                     &lanes, &PyTuple_Type, &shape, &data, &flags, &PyType_Type, &cls))
         return nullptr;
     std::unique_ptr<Py_buffer, void (*)(Py_buffer*)> release_data(&data, PyBuffer_Release);
     return guarded<PyObject*>(nullptr, [&] {
@@ -138,7 +139,7 @@ PyType_Spec tensor_spec = {"cpp_adopter.Tensor", sizeof(Tensor), 0,
 
 PyMethodDef module_methods[] = {
     from_dlpack_fastcall_def,
-    {"make", make, METH_VARARGS, nullptr},
+    {"make", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(make)), METH_VARARGS | METH_KEYWORDS, nullptr},
     {nullptr, nullptr, 0, nullptr}};
 
 PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "cpp_adopter", nullptr, -1, module_methods,
@@ -155,7 +156,9 @@ PyMODINIT_FUNC PyInit_cpp_adopter() {
     tensor_type = reinterpret_cast<PyTypeObject*>(PyType_FromSpec(&tensor_spec));
     if (tensor_type == nullptr || publish_exchange_table(tensor_type) < 0
             || PyModule_AddObjectRef(module.get(), "Tensor", reinterpret_cast<PyObject*>(tensor_type)) < 0
-            || PyModule_AddObjectRef(module.get(), "CopyForbiddenError", dlpack_ref_copy_forbidden_error()) < 0)
+            || PyModule_AddObjectRef(module.get(), "CopyForbiddenError", dlpack_ref_copy_forbidden_error()) < 0
+            /* the version of dlpack-ref whose files this module vendors (a real library gives its own) */
+            || PyModule_AddStringConstant(module.get(), "__version__", DLPACK_REF_VERSION) < 0)
         return nullptr;
     return module.release();
 }

@@ -185,6 +185,8 @@ def make(int code, int bits, int lanes, tuple shape, data, unsigned long long fl
 # --- glue: the copy callback and the consumer protocol -----------------------
 
 CopyForbiddenError = <object>dlpack_ref_copy_forbidden_error()
+# The version of dlpack-ref whose files this module vendors (a real library gives its own).
+__version__ = DLPACK_REF_VERSION.decode()
 
 
 cdef int copy_cb(void* ctx, const DLTensor* src, DLDevice target, PyObject* stream, int64_t stream_value,

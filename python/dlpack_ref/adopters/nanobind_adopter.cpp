@@ -97,4 +97,6 @@ NB_MODULE(nanobind_adopter, m) {
         nb::arg("code"), nb::arg("bits"), nb::arg("lanes"), nb::arg("shape"), nb::arg("data"), nb::arg("flags") = 0,
         nb::arg("cls") = tensor);
     m.attr("CopyForbiddenError") = nb::handle(checked(dlpack_ref_copy_forbidden_error()));
+    /* the version of dlpack-ref whose files this module vendors (a real library gives its own) */
+    m.attr("__version__") = DLPACK_REF_VERSION;
 }

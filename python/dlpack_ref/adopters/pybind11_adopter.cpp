@@ -85,4 +85,6 @@ PYBIND11_MODULE(pybind11_adopter, m, py::mod_gil_not_used()) {
         py::arg("code"), py::arg("bits"), py::arg("lanes"), py::arg("shape"), py::arg("data"), py::arg("flags") = 0,
         py::arg("cls") = tensor);
     m.attr("CopyForbiddenError") = py::handle(checked(dlpack_ref_copy_forbidden_error()));
+    /* the version of dlpack-ref whose files this module vendors (a real library gives its own) */
+    m.attr("__version__") = DLPACK_REF_VERSION;
 }

@@ -124,17 +124,22 @@ _ELEMENT_FORMATS = {
     (0, 8): "b", (0, 16): "h", (0, 32): "i", (0, 64): "q",
     (1, 8): "B", (1, 16): "H", (1, 32): "I", (1, 64): "Q",
     (2, 16): "e", (2, 32): "f", (2, 64): "d", (4, 16): "H",
-    (5, 64): "ff", (5, 128): "dd", (6, 8): "?",
+    (5, 64): "ff", (5, 128): "dd", (6, 8): "?", (18, 32): "HH",
 }
 #: Device types whose memory this process reads in place: kDLCPU,
-#: kDLCUDAHost, kDLROCMHost, kDLCUDAManaged.
-_HOST_READABLE = frozenset({1, 3, 11, 13})
+#: kDLCUDAHost, kDLROCMHost, kDLCUDAManaged, kDLTPUHost.
+_HOST_READABLE = frozenset({1, 3, 11, 13, 20})
+
+
+def _bfloat16(bits: int) -> float:
+    """A bfloat16 (its 16 bits) widened exactly: the high half of a float32."""
+    return struct.unpack("<f", struct.pack("<I", bits << 16))[0]
 
 
 def read_values(capsule):
     """The values of the tensor behind a DLPack capsule, as nested lists (a
     Python scalar for ndim 0): bool, int, float (bfloat16 widened exactly)
-    and complex elements, along the strides (C order when NULL). Nothing is
+    and complex elements (bcomplex32's two bfloat16 widened exactly), along the strides (C order when NULL). Nothing is
     consumed; the capsule keeps the tensor alive while it is read.
 
     Raises
@@ -161,7 +166,9 @@ def read_values(capsule):
     def element(offset):
         raw = struct.unpack(fmt, ctypes.string_at(first + offset * size, size))
         if code == 4:  # bfloat16: the high half of a float32
-            return struct.unpack("<f", struct.pack("<I", raw[0] << 16))[0]
+            return _bfloat16(raw[0])
+        if code == 18:  # bcomplex32: two bfloat16, real part first
+            return complex(_bfloat16(raw[0]), _bfloat16(raw[1]))
         return raw[0] if len(raw) == 1 else complex(*raw)
 
     def at(offset, axis):

@@ -386,10 +386,11 @@ def dtype_bool(p) -> str:
     return exported_dtypes(p, ["bool"])
 
 
-@rule("header", "DLDataTypeCode, kDLComplex")
+@rule("header", "DLDataTypeCode, kDLComplex; kDLBcomplex (bits 32)")
 def dtype_complex(p) -> str:
-    """complex arrays export with the DLPack type code (complex64, complex128)"""
-    return exported_dtypes(p, ["complex64", "complex128"])
+    """complex arrays export with the DLPack type code (complex64, complex128; bcomplex32, two bfloat16, with
+    kDLBcomplex, not as kDLComplex of 32 bits)"""
+    return exported_dtypes(p, ["complex64", "complex128", "bcomplex32"])
 
 
 @rule("header", "DLDataTypeCode, kDLBfloat (bits 16)")
