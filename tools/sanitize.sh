@@ -5,6 +5,7 @@
 #
 #   tools/sanitize.sh                      # the whole suite
 #   tools/sanitize.sh tests/test_fuzz.py   # any pytest arguments
+#   tools/sanitize.sh -m 'not harness'     # options alone: over the whole tests/
 #
 # CPython itself is not instrumented: libasan is preloaded, and Python's
 # allocator is switched to malloc (PYTHONMALLOC=malloc) so that ASan sees every
@@ -102,9 +103,21 @@ if ! grep -q __asan_report "$SO" || [ "$(cd "$WORK" && LD_PRELOAD="$PRELOAD" ASA
     exit 2
 fi
 
-if [ "$#" -eq 0 ]; then
-    set -- "$ROOT/tests"
-fi
+# pytest runs in $WORK: paths given relative to here are made absolute, and
+# with none given (options only, such as -m 'not harness') the whole tests/.
+args=()
+has_path=0
+for arg in "$@"; do
+    path=${arg%%::*}
+    if [[ "$arg" != -* && -e "$path" ]]; then
+        args+=("$(realpath "$path")${arg#"$path"}")
+        has_path=1
+    else
+        args+=("$arg")
+    fi
+done
+[ "$has_path" = 1 ] || args+=("$ROOT/tests")
+set -- "${args[@]}"
 
 echo "== running pytest $* under ASan/UBSan (logs in $WORK/logs)"
 set +e
