@@ -43,6 +43,9 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from dlpack_ref.bench.report import copy_rows
+from dlpack_ref.harness.exchange import cell_text
+
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 RESULTS = "benchmarks/results"
@@ -311,31 +314,15 @@ def exchange_producers(sources, args) -> str:
                     "import by __dlpack__"], rows))
 
 
-def _copy_rows(d: dict, kind: str) -> list[list[str]]:
-    copies, memcpy = d["copies"], d["copies"]["memcpy"]
-    rows = []
-    if memcpy["status"] == "measured":
-        rows.append(["memcpy (this machine)", f"{memcpy['ns_median'] / 1e6:.2f}",
-                     f"{copies['bytes'] / memcpy['ns_median']:.1f}", "1.00", ""])
-    for c in copies[kind]:
-        if c["status"] != "measured":
-            rows.append([c["library"], "-", "-", "-", c["reason"] or c["status"]])
-            continue
-        note = "" if c["copied"] is not False else "not a copy: the result is the source's memory"
-        rows.append([c["library"], f"{c['ns_median'] / 1e6:.2f}", f"{c['gb_per_s']:.1f}",
-                     f"{c['of_memcpy']:.2f}" if c["of_memcpy"] is not None else "-", note])
-    return rows
-
-
 def exchange_copies(sources, args) -> str:
     d = _bench(sources[0])
     size, rounds = format_bytes(d["copies"]["bytes"]), d["settings"]["copy_rounds"]
     header = ["library", "ms", "GB/s", "of memcpy", "note"]
     out = (f"`library.from_dlpack(x, copy=True)` of a {size} array of the library's own, median of {rounds} "
-           "rounds:\n\n" + grid(header, _copy_rows(d, "libraries")))
+           "rounds:\n\n" + grid(header, copy_rows(d, "libraries")))
     if d["copies"].get("from_numpy"):
         out += (f"\n\n`library.from_dlpack(x, copy=True)` of one {size} NumPy array, the same source for every "
-                f"library, median of {rounds} rounds:\n\n" + grid(header, _copy_rows(d, "from_numpy")))
+                f"library, median of {rounds} rounds:\n\n" + grid(header, copy_rows(d, "from_numpy")))
     return out
 
 
@@ -565,23 +552,6 @@ def _rule_cell(result: dict) -> str:
     return f"CRASH ({result['crash']})" if result.get("crash") else _MARK[result["status"]]
 
 
-def _exchange_cell(cell: dict) -> str:
-    if "crashed" in cell:
-        if cell["crashed"].startswith("hung"):
-            return "HANG"
-        signal = cell["crashed"].rpartition("killed by ")[2] if "killed by" in cell["crashed"] else ""
-        return f"CRASH ({signal})" if signal else "CRASH"
-    if "worker_error" in cell:
-        return "error"
-    if not cell.get("works"):
-        return f"refused ({cell.get('exc_type')})" if cell.get("exc_type") else "n/a"
-    if cell.get("values_ok") is False:
-        return "WRONG VALUES"
-    if cell.get("zero_copy") is None:
-        return "ok (?)"
-    return "zero-copy" if cell["zero_copy"] else "copy"
-
-
 def _reports(sources: list[Source]) -> tuple[list[tuple[int, Source, dict]], str]:
     """(run number, source, report) of each committed report, and a note
     naming those not committed (NoData when none is)."""
@@ -669,7 +639,7 @@ def ecosystem_exchange(sources, args) -> str:
             continue
         out.append(f"Run {i} (rows: producer, columns: consumer):\n\n" + grid(
             ["producer \\ consumer"] + consumers,
-            [[p] + [_exchange_cell(cells[(p, c)]) if (p, c) in cells else "-" for c in consumers]
+            [[p] + [cell_text(cells[(p, c)]) if (p, c) in cells else "-" for c in consumers]
              for p in producers]))
     if not out:
         raise NoData("no exchange matrix in " + ", ".join(f"`{s.path}`" for s in sources))

@@ -76,7 +76,9 @@ def _producer_rows(doc: dict, counted: bool) -> tuple[list[str], list[list[str]]
     return header, rows
 
 
-def _copy_rows(doc: dict, kind: str = "libraries") -> list[list[str]]:
+def copy_rows(doc: dict, kind: str = "libraries") -> list[list[str]]:
+    """The rows of a copies table of a bench report: memcpy first, then each
+    library of ``doc["copies"][kind]`` (ms, GB/s, of memcpy, note)."""
     copies = doc["copies"]
     memcpy = copies["memcpy"]
     rows = []
@@ -159,12 +161,12 @@ def render(doc: dict, fmt: str = "table") -> str:
     out += [f"{h}copy=True of a {doc['copies']['bytes'] >> 20} MiB array",
             esc(f"library.from_dlpack(x, copy=True), x the library's own array; median of {s['copy_rounds']} "
                 "rounds interleaved with memcpy of the same bytes (each after 20 ms of quiet)."), "",
-            grid(["library", "ms", "GB/s", "of memcpy", "note"], _copy_rows(doc), md), ""]
+            grid(["library", "ms", "GB/s", "of memcpy", "note"], copy_rows(doc), md), ""]
     if doc["copies"].get("from_numpy"):
         out += [f"{h}copy=True of the same {doc['copies']['bytes'] >> 20} MiB NumPy array",
                 esc("library.from_dlpack(x, copy=True), x one NumPy array for every library: each consumer's "
                     "copy of the same source, in the same rounds."), "",
-                grid(["library", "ms", "GB/s", "of memcpy", "note"], _copy_rows(doc, "from_numpy"), md), ""]
+                grid(["library", "ms", "GB/s", "of memcpy", "note"], copy_rows(doc, "from_numpy"), md), ""]
     problems = _problems(doc)
     if problems:
         out += [f"{h}Not timed", *[esc(x) for x in problems], ""]
