@@ -15,7 +15,11 @@ cdef Array _copy_to(Array src, DLDevice target, object stream):
     handle)."""
     cdef DLDevice memory = target
     cdef tuple copy_from = None
-    if target.device_type == kDLCPU and src._device.device_type != kDLCPU and (
+    # Host memory that no CUDA runtime orders (CPU, TPU_PINNED) is copied to
+    # the CPU by the CPU: no driver is needed, or may exist, for it.
+    cdef bint on_host = target.device_type == kDLCPU and dlpack_ref_device_host_accessible(
+        src._device.device_type) and not dlpack_ref_device_cuda_family(src._device.device_type)
+    if target.device_type == kDLCPU and not on_host and (
             not dlpack_ref_device_host_accessible(src._device.device_type)
             or (stream is not None and stream != -1)):
         # A copy of device memory to the host lands in page-locked memory:
@@ -25,12 +29,12 @@ cdef Array _copy_to(Array src, DLDevice target, object stream):
         # Array says CPU. See docs/cuda.md, "The allocation model".
         memory.device_type = kDLCUDAHost
         memory.device_id = 0
-    if src._device.device_type != kDLCPU or target.device_type != kDLCPU:
+    if not on_host:
         copy_from = (src._device.device_type, src._device.device_id, stream)
     cdef Array dst = _empty_dims(src._shape, src._ndim, src._dtype, memory,
                                  (src._flags & DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED) != 0, copy_from)
     dst._device = target
-    if src._device.device_type == kDLCPU and target.device_type == kDLCPU:
+    if on_host:
         _host_copy(dst, src, True)
     else:
         _device_copy(dst, src, stream)
