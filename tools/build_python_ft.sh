@@ -67,7 +67,7 @@ log "configure ${configure_flags[*]}"
 ./configure "${configure_flags[@]}" >"$work/configure.log" 2>&1 \
     || { tail -n 40 "$work/configure.log" >&2; exit 1; }
 log "make -j$jobs"
-nice make -j"$jobs" >"$work/make.log" 2>&1 || { tail -n 60 "$work/make.log" >&2; exit 1; }
+make -j"$jobs" >"$work/make.log" 2>&1 || { tail -n 60 "$work/make.log" >&2; exit 1; }
 as_root rm -rf "$prefix"
 as_root mkdir -p "$prefix"
 as_root make install >"$work/install.log" 2>&1 || { tail -n 40 "$work/install.log" >&2; exit 1; }

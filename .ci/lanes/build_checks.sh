@@ -39,7 +39,7 @@ for version in 3.11 3.12 3.13; do
     host_wheel "$(lane_python "$version")"
 done
 echo "== manylinux wheel, CPython 3.13t =="
-host_wheel "$(nice -n 10 tools/build_python_ft.sh)"
+host_wheel "$(tools/build_python_ft.sh)"
 for python in python3.14 python3.15; do
     echo "== manylinux wheel, CPython ${python#python} (Debian sid) =="
     in_sid_venv "$python" bash tools/manylinux_wheel.sh "$(dirname "$repo")/wheelhouse"

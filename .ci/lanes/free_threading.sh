@@ -10,7 +10,7 @@ set -euo pipefail
 # shellcheck source=../lane_lib.sh
 . .ci/lane_lib.sh
 start=$SECONDS
-python_ft=$(nice -n 10 tools/build_python_ft.sh)
+python_ft=$(tools/build_python_ft.sh)
 echo "python3.13t ready in $((SECONDS - start)) s: $python_ft"
 lane_venv "$python_ft"
 lane_install "==2.4.*"
