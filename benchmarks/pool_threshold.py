@@ -115,7 +115,7 @@ def main(argv=None) -> int:
     if args.threads < 2:
         print("one core available: nothing to split")
         return 1
-    sizes = [256 * KIB << i for i in range(8)]  # 256 KiB .. 32 MiB moved
+    sizes = [64 * KIB << i for i in range(10)]  # 64 KiB .. 32 MiB moved
     runs_asked, rounds = (1, 5) if args.quick else (args.runs, 21)
     began = runinfo.start()
     print(f"load average at start: {began['load_average'][0]:.2f} on {os.cpu_count()} CPUs, "

@@ -18,7 +18,7 @@
    benchmarks/pool_threshold.py, docs/benchmarks.md ("Worker pool
    threshold"). dlref_pool_grain can be changed for that sweep and for the
    tests that split small arrays (the core's _set_pool_grain). */
-#define DLREF_POOL_GRAIN ((int64_t)256 << 10)
+#define DLREF_POOL_GRAIN ((int64_t)128 << 10)
 static int64_t dlref_pool_grain = DLREF_POOL_GRAIN;
 
 /* Parts for a job of `bytes` bytes moved with `threads` threads: four a
