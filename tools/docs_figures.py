@@ -43,8 +43,18 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from dlpack_ref.bench.report import copy_rows
+from dlpack_ref.bench.chart import format_ns
+from dlpack_ref.bench.report import (
+    copy_rows,
+    instructions_cell,
+    matrix,
+    pair_cell,
+    producer_rows,
+    standing_lines,
+)
+from dlpack_ref.harness import output
 from dlpack_ref.harness.exchange import cell_text
+from dlpack_ref.harness.output import md_escape
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -105,28 +115,9 @@ class Source:
 # Formatting
 
 
-def md_escape(text: str) -> str:
-    """Text that Markdown shows as written (as the reports of dlpack-ref escape it)."""
-    for ch in "\\`*_{}[]<>#|":
-        text = text.replace(ch, "\\" + ch)
-    return text
-
-
-def grid(header: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(md_escape(h) for h in header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(md_escape(str(c)) for c in r) + " |" for r in rows]
-    return "\n".join(lines)
-
-
-def format_ns(ns: float) -> str:
-    """A time as a person reads it: "72 ns", "1.13 µs", "19.3 µs", "2 ms"."""
-    if ns < 999.5:
-        return f"{ns:.0f} ns"
-    value = float(f"{ns:.3g}")
-    for unit, scale in (("s", 1e9), ("ms", 1e6), ("µs", 1e3)):
-        if value >= scale:
-            return f"{value / scale:.3g} {unit}"
-    return f"{ns:.0f} ns"
+def grid(header: list[str], rows: list[list]) -> str:
+    """A Markdown table, every cell escaped as the reports of dlpack-ref escape it."""
+    return output.grid(header, [[str(c) for c in r] for r in rows], markdown=True)
 
 
 def format_bytes(n: int) -> str:
@@ -230,15 +221,6 @@ def _bench(src: Source) -> dict:
     return d
 
 
-def _timed(record: dict | None) -> str:
-    if record is None:
-        return "-"
-    if record["status"] != "measured":
-        return {"refused": "refused", "crashed": "CRASH", "error": "error", "not measured": "-"}.get(
-            record["status"], record["status"])
-    return f"{record['ns_median']:.0f} ({record['ns_min']:.0f})"
-
-
 def _names(d: dict, role: str) -> list[str]:
     return [lib["name"] for lib in d["libraries"] if lib[role]]
 
@@ -269,49 +251,22 @@ def exchange_run(sources: list[Source], args: list[str]) -> str:
 
 def exchange_latency(sources, args) -> str:
     d = _bench(sources[0])
-    by_pair = {(p["producer"], p["consumer"]): p for p in d["pairs"]}
-    consumers = _names(d, "consumer")
-
-    def cell(p):
-        text = _timed(p)
-        if p is not None and p["status"] == "measured" and p["zero_copy"] is not True:
-            text += " copy" if p["zero_copy"] is False else " (?)"
-        return text
-    rows = [[p] + [cell(by_pair.get((p, c))) for c in consumers] for p in _names(d, "producer")]
     return (f"Latency of `consumer.from_dlpack(x)`, ns per call, median (min) of {d['settings']['rounds']} "
             "interleaved rounds; \"copy\": the result is not the producer's memory (rows: producer, columns: "
-            "consumer):\n\n" + grid(["producer \\ consumer"] + consumers, rows))
+            "consumer):\n\n" + matrix(d, pair_cell))
 
 
 def exchange_standings(sources, args) -> str:
     d = _bench(sources[0])
-    lines = []
-    for side, other in (("as_consumer", "producer"), ("as_producer", "consumer")):
-        for s in d["dlpack_ref"][side]:
-            if s["ratio"] is None:
-                continue
-            role = f"consumer of {s[other]} arrays" if other == "producer" else f"producer for {s[other]}"
-            verdict = "fastest" if s["ratio"] <= 1.0 else "slower"
-            lines.append("- " + md_escape(
-                f"dlpack_ref as {role}: {s['dlpack_ref_ns_median']:.0f} ns against {s['best_other']}'s "
-                f"{s['best_other_ns_median']:.0f} ns: {s['ratio']:.2f}x ({verdict})"))
+    lines = [md_escape(line) for line in standing_lines(d)]
     if not lines:
         raise NoData(f"`{sources[0].path}` compares dlpack_ref with no other library")
     return "dlpack_ref against the best other library, by median:\n\n" + "\n".join(lines)
 
 
 def exchange_producers(sources, args) -> str:
-    d = _bench(sources[0])
-    tables = {lib["name"]: lib["exchange_table"] for lib in d["libraries"]}
-    rows = []
-    for m in d["producers"]:
-        table = tables.get(m["library"])
-        rows.append([m["library"], ".".join(map(str, table)) if table else "none", _timed(m["dlpack"]),
-                     _timed(m["dlpack_device"]), _timed(m["import_by_table"]),
-                     _timed(m["import_by_dlpack"] if table else None)])
-    return ("Each producer's own calls, ns per call, median (min):\n\n"
-            + grid(["producer", "exchange table", "__dlpack__()", "__dlpack_device__()", "import by table",
-                    "import by __dlpack__"], rows))
+    header, rows = producer_rows(_bench(sources[0]))
+    return "Each producer's own calls, ns per call, median (min):\n\n" + grid(header, rows)
 
 
 def exchange_copies(sources, args) -> str:
@@ -335,23 +290,17 @@ def _counts(d: dict, path: str) -> dict:
 
 def exchange_instructions(sources, args) -> str:
     d = _bench(sources[0])
-    counts = _counts(d, sources[0].path)
-    consumers = _names(d, "consumer")
-    rows = [[p] + [f"{counts[(p, c)]:.0f}" if counts.get((p, c)) is not None else "-" for c in consumers]
-            for p in _names(d, "producer")]
+    _counts(d, sources[0].path)
     env = d["environment"]
     return (f"Instructions per call of `consumer.from_dlpack(x)` ({env['implementation']} {env['python']}, "
-            f"N = {d['settings']['loops']}; rows: producer, columns: consumer):\n\n"
-            + grid(["producer \\ consumer"] + consumers, rows))
+            f"N = {d['settings']['loops']}; rows: producer, columns: consumer):\n\n" + matrix(d, instructions_cell))
 
 
 def exchange_producer_instructions(sources, args) -> str:
     d = _bench(sources[0])
     _counts(d, sources[0].path)
     tables = {lib["name"]: lib["exchange_table"] for lib in d["libraries"]}
-
-    def n(r):
-        return f"{r['instructions']:.0f}" if r is not None and r.get("instructions") is not None else "-"
+    n = instructions_cell
     rows = [[m["library"], n(m["dlpack"]), n(m["dlpack_device"]), n(m["import_by_table"]),
              n(m["import_by_dlpack"] if tables.get(m["library"]) else None)] for m in d["producers"]]
     return ("Each producer's own calls, in instructions:\n\n"

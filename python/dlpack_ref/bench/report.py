@@ -14,7 +14,7 @@ SCHEMA_PATH = os.path.join(os.path.dirname(__file__), "bench.schema.json")
 _SHORT = {"refused": "refused", "crashed": "CRASH", "error": "error", "not measured": "-"}
 
 
-def _ns(record: dict | None, with_min: bool = True) -> str:
+def ns_cell(record: dict | None, with_min: bool = True) -> str:
     """``median (min)`` of a timed record, or a word for why it was not."""
     if record is None:
         return "-"
@@ -25,13 +25,15 @@ def _ns(record: dict | None, with_min: bool = True) -> str:
     return f"{record['ns_median']:.0f} ({record['ns_min']:.0f})"
 
 
-def _instructions(record: dict | None) -> str:
+def instructions_cell(record: dict | None) -> str:
+    """A record's instructions per call, "-" when it was not counted."""
     if record is None or record.get("instructions") is None:
         return "-"
     return f"{record['instructions']:.0f}"
 
 
-def _matrix(doc: dict, cell, markdown: bool) -> str:
+def matrix(doc: dict, cell, markdown: bool = True) -> str:
+    """The producer x consumer table of a bench report, each pair drawn by ``cell``."""
     producers = [lib["name"] for lib in doc["libraries"] if lib["producer"]]
     consumers = [lib["name"] for lib in doc["libraries"] if lib["consumer"]]
     by_pair = {(p["producer"], p["consumer"]): p for p in doc["pairs"]}
@@ -39,14 +41,18 @@ def _matrix(doc: dict, cell, markdown: bool) -> str:
     return grid(["producer \\ consumer"] + consumers, rows, markdown)
 
 
-def _pair_cell(pair: dict | None) -> str:
-    text = _ns(pair)
+def pair_cell(pair: dict | None) -> str:
+    """A latency matrix cell: ``median (min)``, "copy" when the result is not
+    the producer's memory, "(?)" when that could not be told."""
+    text = ns_cell(pair)
     if pair is not None and pair["status"] == "measured" and pair["zero_copy"] is not True:
         text += " copy" if pair["zero_copy"] is False else " (?)"
     return text
 
 
-def _standing_lines(doc: dict) -> list[str]:
+def standing_lines(doc: dict) -> list[str]:
+    """dlpack_ref against the best other library, a Markdown list item per
+    comparison (none when there is nothing to compare)."""
     lines = []
     for side, other in (("as_consumer", "producer"), ("as_producer", "consumer")):
         for s in doc["dlpack_ref"][side]:
@@ -56,10 +62,10 @@ def _standing_lines(doc: dict) -> list[str]:
             verdict = "fastest" if s["ratio"] <= 1.0 else "slower"
             lines.append(f"- dlpack_ref as {role}: {s['dlpack_ref_ns_median']:.0f} ns against "
                          f"{s['best_other']}'s {s['best_other_ns_median']:.0f} ns: {s['ratio']:.2f}x ({verdict})")
-    return lines or ["- nothing to compare (dlpack_ref and at least one other library are needed)"]
+    return lines
 
 
-def _producer_rows(doc: dict, counted: bool) -> tuple[list[str], list[list[str]]]:
+def producer_rows(doc: dict, counted: bool = False) -> tuple[list[str], list[list[str]]]:
     header = ["producer", "exchange table", "__dlpack__()", "__dlpack_device__()", "import by table",
               "import by __dlpack__"]
     tables = {lib["name"]: lib["exchange_table"] for lib in doc["libraries"]}
@@ -68,9 +74,9 @@ def _producer_rows(doc: dict, counted: bool) -> tuple[list[str], list[list[str]]
         table = tables.get(m["library"])
         cells = [m["dlpack"], m["dlpack_device"], m["import_by_table"],
                  m["import_by_dlpack"] if table else None]
-        rows.append([m["library"], ".".join(map(str, table)) if table else "none"] + [_ns(r) for r in cells])
+        rows.append([m["library"], ".".join(map(str, table)) if table else "none"] + [ns_cell(r) for r in cells])
         if counted:
-            rows[-1] += [_instructions(r) for r in cells]
+            rows[-1] += [instructions_cell(r) for r in cells]
     if counted:
         header += [f"{h} (instr.)" for h in header[2:]]
     return header, rows
@@ -144,15 +150,16 @@ def render(doc: dict, fmt: str = "table") -> str:
     s = doc["settings"]
     shape = "x".join(map(str, s["array"]["shape"]))
     counted = any(p["instructions"] is not None for p in doc["pairs"])
+    standings = standing_lines(doc) or ["- nothing to compare (dlpack_ref and at least one other library are needed)"]
     out = [f"{h}Exchange latency",
            esc(f"consumer.from_dlpack(x), x a {shape}-element {s['array']['dtype']} array of the producer, the "
                f"result dropped; ns per call, median (min) of {s['rounds']} interleaved rounds; \"copy\": the "
                f"result is not the producer's memory (pointers compared)."), "",
-           _matrix(doc, _pair_cell, md), "",
-           f"{h}dlpack_ref against the best other library (medians)", *[esc(x) for x in _standing_lines(doc)], ""]
+           matrix(doc, pair_cell, md), "",
+           f"{h}dlpack_ref against the best other library (medians)", *[esc(x) for x in standings], ""]
     if counted:
-        out += [f"{h}Instructions per call (callgrind)", _matrix(doc, _instructions, md), ""]
-    header, rows = _producer_rows(doc, counted)
+        out += [f"{h}Instructions per call (callgrind)", matrix(doc, instructions_cell, md), ""]
+    header, rows = producer_rows(doc, counted)
     out += [f"{h}Producer methods alone",
             esc("ns per call, median (min); where the producer's type publishes a C exchange table, "
                 "dlpack_ref.from_dlpack(x) through it beside dlpack_ref.from_dlpack(x.__dlpack__(max_version=(1, 3))) "
