@@ -15,7 +15,9 @@ import sys
 
 import dlpack_ref
 
+from .harness import processes
 from .harness.output import EXIT_FAILED, EXIT_MISSING, EXIT_OK, EXIT_USAGE, Progress, report_stdout, unwritable
+from .harness.processes import Interrupted
 from .harness.registry import KNOWN, select
 from .harness.runner import described
 
@@ -199,44 +201,52 @@ def _check(args, progress: Progress, out, prog: str) -> int:
         progress.say(f"error: --json {why}")
         return EXIT_USAGE
     selection = select(args.library, add_installed=args.installed)
-    libraries, unavailable, sides = {}, {}, {}
-    for spec in selection.specs:
-        tick = None
+    libraries, unavailable, sides, cells = {}, {}, {}, {}
+    interrupted = None
+    try:
+        for spec in selection.specs:
+            tick = None
 
-        def described(checked, spec=spec):
-            nonlocal tick
-            if checked.error is None:
-                d = checked.description
-                total = len(tasks_for(checked.sides, only))
-                progress.say(f"{spec} {d['version']}: {total} checks")
-                tick = progress.phase(spec, total)
-            else:
-                progress.say(f"{spec}: {checked.error}; not checked")
+            def described(checked, spec=spec):
+                nonlocal tick
+                if checked.error is None:
+                    d = checked.description
+                    total = len(tasks_for(checked.sides, only))
+                    progress.say(f"{spec} {d['version']}: {total} checks")
+                    tick = progress.phase(spec, total)
+                else:
+                    progress.say(f"{spec}: {checked.error}; not checked")
 
-        def on_result(r):
-            if tick:
-                tick(f"{r.rule.id}: {r.status.value}" if r.failed else None, r.failed)
+            def on_result(r):
+                if tick:
+                    tick(f"{r.rule.id}: {r.status.value}" if r.failed else None, r.failed)
 
-        checked = check_spec(spec, only, on_result, described)
-        if checked.error is not None:
-            unavailable[spec] = checked.error
-            continue
-        d, sides[spec] = checked.description, checked.sides
-        libraries[spec] = report.LibraryRun(spec, d["version"], checked.results, "", d["adapter"])
-    matrix = {}
-    if not args.no_matrix and libraries:
-        producers = [s for s in libraries if sides[s]["producer"]]
-        consumers = [s for s in libraries if sides[s]["consumer"]]
-        total = len(producers) * len(consumers)
-        progress.say(f"exchange matrix: {total} pairs, each pair of libraries in a worker of its own")
-        tick = progress.phase("exchange matrix", total)
+            checked = check_spec(spec, only, on_result, described)
+            if checked.error is not None:
+                unavailable[spec] = checked.error
+                continue
+            d, sides[spec] = checked.description, checked.sides
+            libraries[spec] = report.LibraryRun(spec, d["version"], checked.results, "", d["adapter"])
+        matrix = {}
+        if not args.no_matrix and libraries:
+            producers = [s for s in libraries if sides[s]["producer"]]
+            consumers = [s for s in libraries if sides[s]["consumer"]]
+            total = len(producers) * len(consumers)
+            progress.say(f"exchange matrix: {total} pairs, each pair of libraries in a worker of its own")
+            tick = progress.phase("exchange matrix", total)
 
-        def on_pair(task, cell):
-            from .harness.exchange import cell_text
-            bad = cell_text(cell).split(" ")[0] in ("CRASH", "HANG", "WRONG", "error")
-            tick(f"{task['producer']} -> {task['consumer']}: {cell_text(cell)}" if bad else None, bad)
+            def on_pair(task, cell):
+                from .harness.exchange import cell_text
+                bad = cell_text(cell).split(" ")[0] in ("CRASH", "HANG", "WRONG", "error")
+                tick(f"{task['producer']} -> {task['consumer']}: {cell_text(cell)}" if bad else None, bad)
+                cells[(task["producer"], task["consumer"])] = cell
 
-        matrix = run_matrix(producers, consumers, on_pair)
+            matrix = run_matrix(producers, consumers, on_pair)
+    except Interrupted as e:
+        interrupted, matrix = e, cells
+        for spec in selection.specs:
+            if spec not in libraries and spec not in unavailable:
+                unavailable[spec] = f"the run was interrupted by {e.signal}"
     results = {lib: lr.results for lib, lr in libraries.items()}
     stopping = blocking(results, allow, args.fail_on)
     asked = set(selection.asked) | set(args.fail_on or [])
@@ -254,12 +264,26 @@ def _check(args, progress: Progress, out, prog: str) -> int:
     if nothing and not requested_missing:
         requested_missing.append("(nothing was checked)")
     status = EXIT_MISSING if requested_missing else EXIT_FAILED if stopping else EXIT_OK
+    partial = None
+    if interrupted is not None:
+        status, partial = interrupted.exit_status, _what_was_done(interrupted, libraries, selection.specs,
+                                                                    matrix, args.no_matrix)
     run = report.Run(libraries, selection.not_installed, unavailable, matrix, allow, args.fail_on, stopping,
-                     requested_missing, status, f"{prog} check --library LIBRARY --explain RULE")
+                     requested_missing, status, f"{prog} check --library LIBRARY --explain RULE", partial)
     text = explain(run, args.explain) if args.explain is not None else report.render(run, args.format)
     out.write(text + "\n")
     _write_json(args.json, report.render(run, "json"))
+    if partial:
+        progress.say(f"{prog} check: {partial}; the report is marked partial; exit status {status}")
     return run.exit_status
+
+
+def _what_was_done(e: Interrupted, libraries: dict, specs: list[str], matrix: dict, no_matrix: bool) -> str:
+    """One line: the signal, what the run had done, that its processes were ended."""
+    done = f"{len(libraries)} of {len(specs)} libraries checked"
+    if not no_matrix:
+        done += f", {len(matrix)} exchange cells" if matrix else ", no exchange matrix"
+    return f"interrupted by {e.signal}: {done}; every process it started was ended"
 
 
 def explain(run, rule_id: str) -> str:
@@ -331,6 +355,10 @@ def _bench(args, progress: Progress, out) -> int:
     doc = measure.measure(specs, settings, progress, missing)
     out.write(report.render(doc, args.format) + "\n")
     _write_json(args.json, report.render(doc, "json"))
+    if doc["partial"]:
+        status = processes.stop_status() or EXIT_FAILED
+        progress.say(f"{prog_name()} bench: {doc['partial']}; the report is marked partial; exit status {status}")
+        return status
     if args.plot:
         chart.heatmap(doc, args.plot)
         progress.say(f"chart: {args.plot}")
@@ -342,7 +370,22 @@ def main(argv=None, prog: str | None = None) -> int:
     prog = prog or prog_name()
     args = _parser(prog).parse_args(sys.argv[1:] if argv is None else argv)
     progress = Progress()
-    with report_stdout() as out:
-        if args.command == "bench":
-            return _bench(args, progress, out)
-        return _check(args, progress, out, prog)
+    # Run as the command line, this process is the run alone: what a library
+    # writes to stdout at exit still goes to stderr, and every process the run
+    # leaves is this one's to end (see dlpack_ref.harness.processes).
+    whole = argv is None
+    if whole:
+        processes.become_subreaper()
+    try:
+        with processes.interruptible(), report_stdout(restore=not whole) as out:
+            try:
+                if args.command == "bench":
+                    return _bench(args, progress, out)
+                return _check(args, progress, out, prog)
+            except Interrupted as e:
+                progress.say(f"{prog} {args.command}: interrupted by {e.signal} before there was anything to "
+                             f"report; every process it started was ended; exit status {e.exit_status}")
+                return e.exit_status
+    finally:
+        if whole:
+            processes.end_children()

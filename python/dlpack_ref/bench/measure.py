@@ -20,6 +20,7 @@ import time
 from typing import Callable
 
 from dlpack_ref.harness.output import Silent, environment, tool
+from dlpack_ref.harness.processes import Interrupted
 from dlpack_ref.harness.registry import subject
 from dlpack_ref.harness.runner import run_tasks
 
@@ -96,6 +97,8 @@ def _record(status: str, reason: str | None = None) -> dict:
 
 
 def _refusal(outcome: dict) -> dict:
+    if "interrupted" in outcome:
+        return _record("not measured", "the run was interrupted before this call's pre-flight")
     if "crashed" in outcome:
         return _record("crashed", f"the call crashed its process ({outcome['crashed']}); not timed")
     if "worker_error" in outcome:
@@ -104,7 +107,9 @@ def _refusal(outcome: dict) -> dict:
     return _record("refused", f"{what}: {outcome['exc_type']}: {outcome['exc_message']}")
 
 
-def _preflight(keys: list[tuple[str, ...]], copy_bytes: int, progress) -> dict[tuple[str, ...], dict]:
+def _preflight(keys: list[tuple[str, ...]], copy_bytes: int, progress, outcomes: dict) -> None:
+    """Each call of ``keys`` once in a child process: its outcome into
+    ``outcomes`` as it comes (what came before a signal is kept)."""
     tasks = [{"kind": "function", "function": _PROBE, "key": list(k), "copy_bytes": copy_bytes} for k in keys]
     progress.say(f"pre-flight: {len(tasks)} calls, each once in a child process")
     tick = progress.phase("pre-flight", len(tasks))
@@ -113,9 +118,9 @@ def _preflight(keys: list[tuple[str, ...]], copy_bytes: int, progress) -> dict[t
         bad = "crashed" in outcome or "worker_error" in outcome
         tick(f"{name(tuple(task['key']))}: {outcome.get('crashed') or outcome.get('worker_error')}; not timed"
              if bad else None, bad)
+        outcomes[tuple(task["key"])] = outcome
 
-    outcomes = run_tasks(tasks, spec="", on_done=done)
-    return dict(zip(keys, outcomes))
+    run_tasks(tasks, spec="", on_done=done)
 
 
 def _timed(calls: dict[tuple[str, ...], Callable[[], object]], progress, label: str, **options) -> dict:
@@ -178,7 +183,9 @@ def measure(specs: list[str], settings: Settings = Settings(), progress=None,
     producers = [s for s in specs if subjects[s].producer is not None]
     consumers = [s for s in specs if subjects[s].consumer is not None]
     keys = plan(producers, consumers, numpy=importlib.util.find_spec("numpy") is not None)
-    outcomes = _preflight(keys, settings.copy_bytes, progress)
+    outcomes: dict[tuple[str, ...], dict] = {}
+    stopped = _phase(lambda: _preflight(keys, settings.copy_bytes, progress, outcomes))
+    outcomes |= {k: {"interrupted": True} for k in keys if k not in outcomes}
     records = {k: _refusal(o) for k, o in outcomes.items() if not o.get("ok")}
     tables = {k[1]: outcomes[k].get("table") for k in keys if k[0] == "capsule" and outcomes[k].get("ok")}
     # The import through __dlpack__ is measured beside the one through a table.
@@ -189,13 +196,17 @@ def measure(specs: list[str], settings: Settings = Settings(), progress=None,
     arrays = Arrays(settings.copy_bytes)
     latency = _make_calls([k for k in keys if k not in records and not is_copy(k)], arrays, records)
     copies = _make_calls([k for k in keys if k not in records and is_copy(k)], arrays, records)
-    stats = _timed(latency, progress, "latency", rounds=settings.rounds, budget_s=settings.budget_s)
-    stats |= _timed(copies, progress, f"copies of {settings.copy_bytes >> 20} MiB", rounds=settings.copy_rounds,
-                    budget_s=0.0, quiet_s=QUIET_S)
-    for k, s in stats.items():
-        records[k] = {**_record("measured"), "ns_min": s["min_ns"], "ns_median": s["median_ns"],
-                      "calls_per_sample": s["number"]}
-    if settings.instructions:
+    stats: dict = {}
+    stopped = stopped or _phase(lambda: stats.update(_timed(latency, progress, "latency", rounds=settings.rounds,
+                                                            budget_s=settings.budget_s)))
+    stopped = stopped or _phase(lambda: stats.update(_timed(
+        copies, progress, f"copies of {settings.copy_bytes >> 20} MiB", rounds=settings.copy_rounds, budget_s=0.0,
+        quiet_s=QUIET_S)))
+    for k in [*latency, *copies]:
+        s = stats.get(k)
+        records[k] = _record("not measured", "the run was interrupted before this call was timed") if s is None else \
+            {**_record("measured"), "ns_min": s["min_ns"], "ns_median": s["median_ns"], "calls_per_sample": s["number"]}
+    if settings.instructions and stopped is None:
         note = _count_instructions(list(latency), settings, records, progress)
         notes += [note] if note else []
     end = machine()
@@ -204,7 +215,22 @@ def measure(specs: list[str], settings: Settings = Settings(), progress=None,
                      f"{end['cores']} cores: the ratios mean little")
         progress.say("warning: " + notes[-1])
     run = _Run(specs, subjects, producers, consumers, outcomes, records, tables)
-    return _document(run, settings, start, end, notes, missing or {})
+    doc = _document(run, settings, start, end, notes, missing or {})
+    if stopped is not None:
+        timed = sum(r["status"] == "measured" for r in records.values())
+        tried = sum("interrupted" not in o for o in outcomes.values())
+        doc["partial"] = (f"interrupted by {stopped.signal}: {tried} of {len(keys)} pre-flight calls, {timed} calls "
+                          "timed; every process it started was ended")
+    return doc
+
+
+def _phase(run: Callable[[], object]) -> Interrupted | None:
+    """Run one phase of the measurement; the signal that stopped it, if one did."""
+    try:
+        run()
+    except Interrupted as e:
+        return e
+    return None
 
 
 def _count_instructions(keys, settings: Settings, records: dict, progress) -> str | None:
@@ -278,6 +304,7 @@ def _document(run: _Run, settings: Settings, start: dict, end: dict, notes: list
                                     for c in consumers]
     return {
         "schema_version": SCHEMA_VERSION,
+        "partial": None,
         "tool": tool(),
         "environment": environment(),
         "machine": {"cpu": start["cpu"], "cores": start["cores"],

@@ -151,7 +151,8 @@ def render(doc: dict, fmt: str = "table") -> str:
     shape = "x".join(map(str, s["array"]["shape"]))
     counted = any(p["instructions"] is not None for p in doc["pairs"])
     standings = standing_lines(doc) or ["- nothing to compare (dlpack_ref and at least one other library are needed)"]
-    out = [f"{h}Exchange latency",
+    out = [esc(f"PARTIAL: {doc['partial']}; this report is not complete"), ""] if doc.get("partial") else []
+    out += [f"{h}Exchange latency",
            esc(f"consumer.from_dlpack(x), x a {shape}-element {s['array']['dtype']} array of the producer, the "
                f"result dropped; ns per call, median (min) of {s['rounds']} interleaved rounds; \"copy\": the "
                f"result is not the producer's memory (pointers compared)."), "",

@@ -55,6 +55,8 @@ class Run:
     requested_missing: list[str]
     exit_status: int
     explain_command: str = "python -m dlpack_ref check --library LIBRARY --explain RULE"
+    #: Why the run is not complete (a signal stopped it), with what it did; None when complete.
+    partial: str | None = None
 
     def counts(self, lib: str) -> dict[str, int]:
         """Results of one library per status, and how many failures are allowed."""
@@ -117,6 +119,8 @@ def _summary_lines(run: Run, markdown: bool) -> list[str]:
 
 
 def _gate_line(run: Run) -> str:
+    if run.partial:
+        return f"PARTIAL (exit status {run.exit_status}): {run.partial}; this report is not complete"
     scope = "every checked library" if run.fail_on is None else ", ".join(run.fail_on)
     if run.exit_status == 0:
         return f"pass (exit status 0): no failure that is not allowed in {scope}"
@@ -144,7 +148,8 @@ def render(run: Run, fmt: str = "table") -> str:
     md = fmt == "markdown"
     h = "## " if md else ""
     esc = md_escape if md else (lambda s: s)
-    out = [f"{h}Libraries", *_summary_lines(run, md), ""]
+    out = [esc(f"PARTIAL: {run.partial}; this report is not complete"), ""] if run.partial else []
+    out += [f"{h}Libraries", *_summary_lines(run, md), ""]
     out += [f"{h}Producer checks (ok = pass, FAIL, CRASH = the library killed the process, n/s = not "
             "supported, ERR = could not run)", _check_grid(run, "producer.", md), ""]
     out += [f"{h}Consumer checks", _check_grid(run, "consumer.", md), ""]
@@ -198,6 +203,7 @@ def to_json(run: Run) -> dict:
                           "summary": None, "results": []})
     return {
         "schema_version": SCHEMA_VERSION,
+        "partial": run.partial,
         "date": datetime.date.today().isoformat(),
         "tool": tool(),
         "environment": environment(),

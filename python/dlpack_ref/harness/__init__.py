@@ -13,6 +13,9 @@ Modules, each with one job:
     the one selection of libraries both commands make.
 ``runner``
     The child-process runner: every call into a library runs in a child.
+``processes``
+    The processes of a run and the signals that stop it: sessions, marks,
+    the reaper, SIGINT and SIGTERM.
 ``exchange``
     One exchange judged by pointer and values (the check's matrix, the
     bench's pre-flight).

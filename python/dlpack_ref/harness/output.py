@@ -19,11 +19,14 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_MISSING = 0, 1, 2, 3
 
 
 @contextlib.contextmanager
-def report_stdout():
+def report_stdout(restore: bool = True):
     """Inside, whatever anything writes to stdout (Python's ``print``, a C
     library's ``printf``, a child process) goes to stderr, at the
     file-descriptor level; the file object yielded writes to the real
-    stdout, which holds the report alone."""
+    stdout, which holds the report alone. Without ``restore`` (a process
+    that is the command alone), file descriptor 1 stays on stderr after:
+    what a library writes at interpreter exit (an ``atexit`` handler, a
+    ``__del__``, a daemon thread) never reaches the report."""
     sys.stdout.flush()
     saved = os.dup(1)
     os.dup2(2, 1)
@@ -34,8 +37,9 @@ def report_stdout():
     finally:
         report.flush()
         report.close()
-        sys.stdout = real
-        os.dup2(saved, 1)
+        if restore:
+            sys.stdout = real
+            os.dup2(saved, 1)
         os.close(saved)
 
 
@@ -56,7 +60,11 @@ class Progress:
     """Counts on stderr while a phase runs."""
 
     def say(self, msg: str) -> None:
-        print(msg, file=sys.stderr, flush=True)
+        # File descriptor 2 itself: a library may have replaced sys.stderr
+        # (with a closed file, even) when it was imported in this process.
+        data = (msg + "\n").encode("utf-8", "replace")
+        while data:
+            data = data[os.write(2, data):]
 
     def phase(self, label: str, total: int):
         state = {"done": 0, "failing": 0, "start": time.monotonic()}

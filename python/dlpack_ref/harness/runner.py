@@ -14,23 +14,29 @@ A task is a dict naming its function, ``"module:function"``, which the
 child calls with the task and a :class:`Subjects` (the subject of the
 worker, or any spec's, built on first use). Whatever a library writes
 goes to the parent's stderr, at the file-descriptor level: a child's
-stdout is the parent's stderr.
+stdout is the parent's stderr. A fresh worker's ``sys.path`` is the
+parent's, exactly. Each worker leads a session of its own, is judged by
+how its process ended (a pidfd, not the end of its pipe), and takes what
+it started with it when it ends (:mod:`.processes`).
 """
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import faulthandler
 import importlib
 import json
 import os
-import queue
+import select
 import signal
 import subprocess
 import sys
 import threading
+import time
 from typing import Callable, Iterable
 
+from . import processes
 from .observe import exc_name, short
 from .registry import Described, subject
 from .subject import Subject
@@ -38,7 +44,17 @@ from .subject import Subject
 __all__ = ["TASK_TIMEOUT_S", "Subjects", "Worker", "described", "run_tasks", "run_groups", "how_it_ended"]
 
 MARK = "\x1edlpack-ref-runner "
+_MARK = MARK.encode()
 TASK_TIMEOUT_S = 60.0
+#: How often a worker's end is looked for where no pidfd tells it.
+_POLL_S = 0.05
+#: A fresh worker's command: the parent's sys.path exactly, set before any
+#: import (-P: no working folder first, as the console script has none).
+_CHILD = ("import sys; sys.path[:] = sys.argv[4:]; "
+          "from dlpack_ref.harness.runner import serve_spec; serve_spec(*sys.argv[1:4])")
+#: This process's ends of every live worker's pipes: a forked worker closes
+#: them, so that no other worker's pipe stays open in it.
+_PARENT_FDS: set[int] = set()
 
 
 class Subjects:
@@ -64,6 +80,10 @@ def _perform(task: dict, subjects: Subjects) -> dict:
 
 def _serve(read_fd: int, write_fd: int, subjects: Subjects) -> None:
     """Child side: answer each task line on read_fd with marked lines on write_fd."""
+    # What a library starts does not inherit the pipes (a forked helper still
+    # may: the parent judges the worker by its process, not by the pipe).
+    os.set_inheritable(read_fd, False)
+    os.set_inheritable(write_fd, False)
     with os.fdopen(read_fd, "r") as tasks, os.fdopen(write_fd, "w", buffering=1) as out:
         for line in tasks:
             task = json.loads(line)
@@ -90,9 +110,18 @@ def how_it_ended(returncode: int) -> str:
     return f"exited with status {returncode}"
 
 
+def _status_code(status: int) -> int:
+    return -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+
+
 class Worker:
     """A child process serving tasks: :meth:`ask` sends one and waits for
-    its outcome; a worker that died is started afresh by the next task."""
+    its outcome; a worker that died is started afresh by the next task.
+
+    A worker leads a session of its own (a signal to the parent's group
+    does not reach it) and is judged by how its process ended, whoever
+    else holds its pipe; when it ends, whatever it started ends with it
+    (:mod:`dlpack_ref.harness.processes`)."""
 
     def __init__(self, spec: str | None = None, subject: Subject | None = None,
                  timeout: float | None = None):
@@ -101,101 +130,164 @@ class Worker:
         self._proc = self._pid = None
 
     def _start(self) -> None:
+        processes.check_stopping()
         to_child, tasks = os.pipe()
         answers, from_child = os.pipe()
+        self._mark = processes.new_mark()
         if self.subject is not None and self.spec is None:
             pid = os.fork()
             if pid == 0:  # the child: never returns into the caller's code
                 try:
-                    os.close(tasks)
-                    os.close(answers)
-                    # A crash is the expected outcome of some cases: no traceback
-                    # dump into the parent's stderr (pytest enables faulthandler).
-                    faulthandler.disable()
-                    null = os.open(os.devnull, os.O_RDONLY)
-                    os.dup2(null, 0)
-                    os.dup2(2, 1)
+                    self._become_forked_worker(tasks, answers)
                     _serve(to_child, from_child, Subjects(subject=self.subject))
                 finally:
                     os._exit(0)
             self._pid = pid
         else:
             self._proc = subprocess.Popen(
-                [sys.executable, "-c",
-                 "import sys; from dlpack_ref.harness.runner import serve_spec; serve_spec(*sys.argv[1:])",
-                 self.spec or "", str(to_child), str(from_child)],
-                stdin=subprocess.DEVNULL, stdout=2, pass_fds=(to_child, from_child))
+                [sys.executable, "-P", "-c", _CHILD, self.spec or "", str(to_child), str(from_child), *sys.path],
+                stdin=subprocess.DEVNULL, stdout=2, pass_fds=(to_child, from_child), start_new_session=True,
+                env={**os.environ, processes.MARK_VARIABLE: self._mark})
+            self._pid = self._proc.pid
         os.close(to_child)
         os.close(from_child)
-        self._tasks = os.fdopen(tasks, "w", buffering=1)
-        self._lines: queue.Queue = queue.Queue()
-        threading.Thread(target=self._pump, args=(os.fdopen(answers), self._lines), daemon=True).start()
+        self._tasks, self._tasks_fd = os.fdopen(tasks, "w", buffering=1), tasks
+        self._answers = answers
+        os.set_blocking(answers, False)
+        try:
+            self._pidfd = os.pidfd_open(self._pid)
+        except (AttributeError, OSError):
+            self._pidfd = None
+        self._buffer, self._pending, self._eof, self._code = b"", collections.deque(), False, None
+        _PARENT_FDS.update(fd for fd in (tasks, answers, self._pidfd) if fd is not None)
+        processes.enlist(self._pid, self._mark)
 
-    @staticmethod
-    def _pump(stream, lines) -> None:
-        with stream:
-            for line in stream:
-                if line.startswith(MARK):
-                    lines.put(json.loads(line[len(MARK):]))
-        lines.put(None)
+    def _become_forked_worker(self, tasks: int, answers: int) -> None:
+        os.setsid()
+        os.environ[processes.MARK_VARIABLE] = self._mark
+        for fd in {tasks, answers} | _PARENT_FDS:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        # A crash is the expected outcome of some cases: no traceback
+        # dump into the parent's stderr (pytest enables faulthandler).
+        faulthandler.disable()
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(2, 1)
 
-    def _wait(self) -> int:
+    def _read(self) -> None:
+        """What the worker wrote so far, without blocking."""
+        while not self._eof:
+            try:
+                data = os.read(self._answers, 1 << 16)
+            except BlockingIOError:
+                return
+            if not data:
+                self._eof = True
+                return
+            *lines, self._buffer = (self._buffer + data).split(b"\n")
+            self._pending.extend(json.loads(line[len(_MARK):]) for line in lines if line.startswith(_MARK))
+
+    def _exited(self) -> bool:
+        """Whether the worker's process has ended (not yet reaped when a pidfd tells it)."""
+        if self._pidfd is not None:
+            return bool(select.select([self._pidfd], [], [], 0)[0])
         if self._proc is not None:
-            code = self._proc.wait()
+            self._code = self._proc.poll()
         else:
-            _, status = os.waitpid(self._pid, 0)
-            code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
-        self._proc = self._pid = None
-        return code
+            pid, status = os.waitpid(self._pid, os.WNOHANG)
+            self._code = _status_code(status) if pid else None
+        return self._code is not None
 
-    def _kill(self) -> None:
-        if self._proc is not None:
-            self._proc.kill()
-        elif self._pid is not None:
-            os.kill(self._pid, signal.SIGKILL)
+    def _wait_for(self, deadline: float, answer: bool) -> bool:
+        """Wait until the worker answers (``answer``) or its process ends,
+        or ``deadline``; whether it ended."""
+        while True:
+            if answer:
+                self._read()
+                if any("done" in m for m in self._pending):
+                    return False
+            if self._exited():
+                self._read()  # what it wrote before it ended
+                return True
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            waits = [] if self._eof or not answer else [self._answers]
+            if self._pidfd is not None:
+                select.select(waits + [self._pidfd], [], [], left)
+            else:
+                select.select(waits, [], [], min(left, _POLL_S))
+
+    def _reap(self) -> int:
+        """End the worker now (its process group, then whatever carries its
+        mark) and its pipes; how its process ended."""
+        pid, self._pid = self._pid, None
+        processes.discharge(pid)
+        processes.end_group(pid)  # before the wait: the group is surely the worker's
+        if self._code is None:
+            self._code = self._proc.wait() if self._proc is not None else _status_code(os.waitpid(pid, 0)[1])
+        processes.end_marked(self._mark)
+        for fd in (self._answers, self._pidfd):
+            if fd is not None:
+                _PARENT_FDS.discard(fd)
+                os.close(fd)
+        _PARENT_FDS.discard(self._tasks_fd)
+        self._close_tasks()
+        self._proc = None
+        return self._code
 
     def ask(self, task: dict) -> dict:
         """The outcome of one task: what its function returned, or
-        ``{"crashed": how}`` when the child died or hung."""
-        if self._proc is None and self._pid is None:
+        ``{"crashed": how}`` when the child died or hung.
+
+        Raises
+        ------
+        Interrupted
+            When SIGINT or SIGTERM arrived (no outcome is a verdict then).
+        """
+        if self._pid is None:
             self._start()
         try:
             self._tasks.write(json.dumps(task) + "\n")
             self._tasks.flush()
         except OSError:
             pass  # the child is gone: its end is read below
-        while True:
-            try:
-                msg = self._lines.get(timeout=self.timeout)
-            except queue.Empty:
-                self._kill()
-                self._wait()
-                return {"crashed": f"hung for more than {self.timeout:.0f} s (killed)"}
-            if msg is None:
-                self._close_pipe()
-                return {"crashed": how_it_ended(self._wait())}
+        ended = self._wait_for(time.monotonic() + self.timeout, answer=True)
+        while self._pending:
+            msg = self._pending.popleft()
             if "done" in msg:
+                processes.check_stopping()
                 return msg["done"]
+        if ended:
+            outcome = {"crashed": how_it_ended(self._reap())}
+        else:
+            self._reap()
+            outcome = {"crashed": f"hung for more than {self.timeout:.0f} s (killed)"}
+        processes.check_stopping()
+        return outcome
 
-    def _close_pipe(self) -> None:
+    def _close_tasks(self) -> None:
         try:
             self._tasks.close()
         except OSError:
             pass
 
     def close(self) -> None:
-        """End the child (it exits when its task pipe closes)."""
-        if self._proc is None and self._pid is None:
+        """End the child: it exits when its task pipe closes, and is killed
+        (with whatever it started) when it has not within the timeout."""
+        if self._pid is None:
             return
-        self._close_pipe()
         try:
-            if self._proc is not None:
-                self._proc.wait(timeout=self.timeout)
-            else:
-                self._wait()
-        except subprocess.TimeoutExpired:
-            self._kill()
-        self._proc = self._pid = None
+            _PARENT_FDS.discard(self._tasks_fd)
+            self._close_tasks()
+            self._wait_for(time.monotonic() + self.timeout, answer=False)
+        finally:
+            self._reap()
 
     def __enter__(self):
         return self
@@ -229,8 +321,11 @@ def run_groups(groups: list[list[dict]], on_done: Callable[[dict, dict], None] |
             with lock:
                 on_done(task, outcome)
 
-    with concurrent.futures.ThreadPoolExecutor(max_workers=parallel or os.cpu_count() or 1) as pool:
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=parallel or os.cpu_count() or 1)
+    try:
         return list(pool.map(lambda group: run_tasks(group, spec="", on_done=done), groups))
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def described(spec: str, worker: Worker | None = None) -> Described:

@@ -1,0 +1,296 @@
+"""The processes of a ``check`` or ``bench`` run and the signals that stop
+it, with libraries that behave as real ones sometimes do: a call that hangs
+in a worker, a library that ignores SIGINT, helpers started at import (one
+forked and detached), a forked helper holding the worker's pipe when the
+worker crashes, writes to stdout at interpreter exit, a closed sys.stderr,
+a project folder with a ``json.py``. Every command runs in a child process
+with a timeout; real signals, real processes."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+pytestmark = pytest.mark.harness
+
+# A library checked through its hook: dlpack_ref's arrays, with {factory}
+# run before each array is made and {at_import} run at import.
+LIBRARY = '''
+import os, signal, subprocess, sys, time
+import dlpack_ref as dr
+from dlpack_ref.conformance import Consumer, Producer
+
+NOTES = {notes!r}
+
+def note(name, pid=None):
+    with open(os.path.join(NOTES, name), "w") as f:
+        f.write(str(pid or os.getpid()))
+
+def detached_helper(tag):
+    """A daemon as daemon(3) makes one: fork, setsid, fork, stdio on /dev/null."""
+    pid = os.fork()
+    if pid == 0:
+        os.setsid()
+        if os.fork() == 0:
+            null = os.open(os.devnull, os.O_RDWR)
+            for fd in (0, 1, 2):
+                os.dup2(null, fd)
+            os.closerange(3, 4096)
+            note(tag)
+            time.sleep(1000)
+        os._exit(0)
+    os.waitpid(pid, 0)
+
+def make(dtype, shape, readonly=False):
+{factory}
+    return dr.zeros(shape, dtype=dtype)
+
+def __dlpack_conformance__():
+    return (Producer({name!r}, make),
+            Consumer({name!r}, dr.from_dlpack, tolist=lambda r: r.tolist(), data_ptr=lambda r: r.data_ptr,
+                     readonly=lambda r: r.readonly, cpu_device="cpu"))
+
+{at_import}
+'''
+
+HANGS = "    note('hanging')\n    time.sleep(1000)"
+HELPERS = textwrap.dedent('''
+    _helper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1000)"],
+                               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    note(f"helper.{os.getpid()}", _helper.pid)
+    detached_helper(f"detached.{os.getpid()}")
+    ''')
+
+
+def write_library(folder, name: str, factory: str = "    pass", at_import: str = "") -> None:
+    notes = folder / "notes"
+    notes.mkdir(exist_ok=True)
+    (folder / f"{name}.py").write_text(LIBRARY.format(notes=str(notes), name=name, factory=factory,
+                                                      at_import=at_import))
+
+
+def start(folder, argv: list[str], cwd=None, command=None) -> subprocess.Popen:
+    """``python -m dlpack_ref ARGV`` (or ``command``) with ``folder`` on
+    PYTHONPATH, in a session of its own (a signal the test sends reaches
+    the command alone)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(folder), os.environ.get("PYTHONPATH")]))}
+    return subprocess.Popen((command or [sys.executable, "-m", "dlpack_ref"]) + argv, cwd=cwd or folder, env=env,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+
+
+def noted(folder, prefix: str) -> list[int]:
+    notes = folder / "notes"
+    return [int((notes / n).read_text()) for n in sorted(os.listdir(notes)) if n.startswith(prefix)]
+
+
+def wait_for_note(folder, name: str, timeout: float = 60) -> int:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = noted(folder, name)
+        if found and found[0]:
+            return found[0]
+        time.sleep(0.02)
+    raise AssertionError(f"nothing noted {name!r} within {timeout} s")
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def gone(pids: list[int], within: float = 3.0) -> list[int]:
+    """Those of ``pids`` still running after ``within`` seconds (a zombie
+    waiting for init counts as gone)."""
+    deadline = time.monotonic() + within
+    while any(alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return [p for p in pids if alive(p)]
+
+
+@pytest.fixture
+def cleanup(tmp_path):
+    """Whatever a test started or noted is killed at its end, whatever it found."""
+    started = []
+    yield started
+    for proc in started:
+        with __import__("contextlib").suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate(timeout=30)
+    if (tmp_path / "notes").exists():
+        for pid in noted(tmp_path, ""):
+            with __import__("contextlib").suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+
+
+# --- signals ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("signum, ignores_sigint, fmt", [
+    (signal.SIGINT, False, "json"),
+    (signal.SIGINT, True, "json"),
+    (signal.SIGTERM, False, "table"),
+], ids=["sigint", "sigint-ignored-by-the-library", "sigterm"])
+def test_a_signal_to_the_command_alone_ends_a_hanging_check_at_once(tmp_path, cleanup, signum, ignores_sigint, fmt):
+    at_import = "signal.signal(signal.SIGINT, signal.SIG_IGN)" if ignores_sigint else ""
+    write_library(tmp_path, "hangs", HANGS, at_import)
+    proc = start(tmp_path, ["check", "--library", "dlpack_ref", "--library", "hangs", "--rules", "producer.zero_dim",
+                            "--format", fmt])
+    cleanup.append(proc)
+    worker = wait_for_note(tmp_path, "hanging")   # the call hangs in the worker now
+    sent = time.monotonic()
+    os.kill(proc.pid, signum)                      # the command alone, not its group
+    out, err = proc.communicate(timeout=20)
+    took = time.monotonic() - sent
+    name = signal.Signals(signum).name
+    assert proc.returncode == 128 + signum, err[-3000:]
+    assert took < 10, f"the run went on for {took:.1f} s after {name}"
+    assert "Traceback" not in err
+    [line] = [line for line in err.splitlines() if "interrupted by" in line]
+    assert f"interrupted by {name}: 1 of 2 libraries checked" in line and "partial" in line
+    assert f"exit status {128 + signum}" in line
+    if fmt == "json":
+        report = json.loads(out)
+        assert report["partial"].startswith(f"interrupted by {name}: 1 of 2 libraries checked")
+        assert report["gate"]["exit_status"] == 128 + signum
+        checked = {lib["name"]: lib["checked"] for lib in report["libraries"]}
+        assert checked == {"dlpack_ref": True, "hangs": False}
+    else:
+        assert out.startswith(f"PARTIAL: interrupted by {name}: ")
+        assert f"PARTIAL (exit status {128 + signum})" in out
+    assert gone([worker]) == []
+
+
+def test_sigterm_ends_bench_with_a_report_marked_partial(tmp_path, cleanup):
+    write_library(tmp_path, "hangs", HANGS)
+    proc = start(tmp_path, ["bench", "--quick", "--library", "hangs", "--format", "json"])
+    cleanup.append(proc)
+    worker = wait_for_note(tmp_path, "hanging")
+    os.kill(proc.pid, signal.SIGTERM)
+    out, err = proc.communicate(timeout=20)
+    assert proc.returncode == 143, err[-3000:]
+    assert "Traceback" not in err
+    report = json.loads(out)
+    assert report["partial"].startswith("interrupted by SIGTERM: ")
+    hangs = [p for p in report["pairs"] if "hangs" in (p["producer"], p["consumer"])]
+    assert hangs and all(p["status"] == "not measured" for p in hangs)
+    assert [line for line in err.splitlines() if "interrupted by SIGTERM" in line and "partial" in line]
+    assert gone([worker]) == []
+
+
+# --- processes -------------------------------------------------------------------------------
+
+def test_the_helpers_a_library_starts_at_import_are_gone_when_check_exits(tmp_path, cleanup):
+    write_library(tmp_path, "starts_helpers", at_import=HELPERS)
+    proc = start(tmp_path, ["check", "--library", "starts_helpers", "--rules", "producer.zero_dim", "--no-matrix",
+                            "--format", "json"])
+    cleanup.append(proc)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err[-3000:]
+    helpers, detached = noted(tmp_path, "helper."), noted(tmp_path, "detached.")
+    assert helpers and detached
+    assert gone(helpers + detached) == []
+
+
+def test_a_worker_ends_the_helpers_of_its_library_when_it_ends(tmp_path, cleanup):
+    """Through the runner alone (the API's path: no command line, no
+    subreaper), each worker's helpers end with it, detached ones included."""
+    write_library(tmp_path, "starts_helpers", at_import=HELPERS)
+    script = ("from dlpack_ref.harness.runner import described\n"
+              "d = described('starts_helpers')\n"
+              "assert d.error is None, d.error\n"
+              "import os; print(os.getpid())\n")
+    proc = start(tmp_path, ["-c", script], command=[sys.executable])
+    cleanup.append(proc)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err[-3000:]
+    helpers, detached = noted(tmp_path, "helper."), noted(tmp_path, "detached.")
+    assert len(helpers) == len(detached) == 1
+    assert gone(helpers + detached, within=0.5) == []
+
+
+def test_a_worker_that_crashes_is_judged_a_crash_while_a_forked_helper_holds_its_pipe(tmp_path, cleanup):
+    at_import = textwrap.dedent('''
+        if os.fork() == 0:   # a helper that inherits every file descriptor, the runner's pipe included
+            note(f"forked.{os.getpid()}")
+            time.sleep(1000)
+        ''')
+    write_library(tmp_path, "crashes", "    os.kill(os.getpid(), signal.SIGSEGV)", at_import)
+    proc = start(tmp_path, ["check", "--library", "crashes", "--rules", "producer.zero_dim", "--no-matrix",
+                            "--format", "json"])
+    cleanup.append(proc)
+    began = time.monotonic()
+    out, err = proc.communicate(timeout=40)
+    assert time.monotonic() - began < 20, "the crash was taken for a hang"
+    [lib] = json.loads(out)["libraries"]
+    [result] = lib["results"]
+    assert result["status"] == "fail" and "killed by SIGSEGV" in result["detail"], result
+    assert gone(noted(tmp_path, "forked.")) == []
+
+
+# --- stdout is the report alone --------------------------------------------------------------
+
+NOISY = textwrap.dedent('''
+    import atexit, threading
+
+    atexit.register(lambda: (print("printed by atexit"), os.write(1, b"fd 1 by atexit\\n")))
+
+    class _Late:
+        def __del__(self):
+            os.write(1, b"fd 1 by __del__ at shutdown\\n")
+
+    _late = _Late()
+
+    def _chatter():
+        while True:
+            os.write(1, b"fd 1 by a daemon thread\\n")
+            time.sleep(0.002)
+
+    threading.Thread(target=_chatter, daemon=True).start()
+    sys.stderr = open(os.devnull, "w")
+    sys.stderr.close()
+    ''')
+
+
+def test_bench_stdout_holds_the_report_alone_whatever_a_library_writes_or_closes(tmp_path, cleanup):
+    write_library(tmp_path, "noisy", at_import=NOISY + HELPERS)
+    proc = start(tmp_path, ["bench", "--quick", "--library", "noisy", "--format", "json"])
+    cleanup.append(proc)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err[-3000:]
+    report = json.loads(out)            # nothing but the report on stdout
+    assert {lib["name"] for lib in report["libraries"]} == {"dlpack_ref", "noisy"}
+    assert report["partial"] is None
+    assert "fd 1 by atexit" in err and "fd 1 by a daemon thread" in err
+    # bench imports the library in its own process too: its helpers end with the command
+    helpers, detached = noted(tmp_path, "helper."), noted(tmp_path, "detached.")
+    assert len(helpers) >= 2 and len(detached) >= 2
+    assert gone(helpers + detached) == []
+
+
+# --- the working folder ----------------------------------------------------------------------
+
+def test_check_from_a_project_folder_with_a_json_module_imports_as_the_command_does(tmp_path, cleanup):
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "json.py").write_text("raise ImportError('the project json.py was imported')\n")
+    (project / "subject.py").write_text("raise ImportError('the project subject.py was imported')\n")
+    # The console script as pip writes it: its folder, not the working one, is first on sys.path.
+    bin_folder = tmp_path / "bin"
+    bin_folder.mkdir()
+    script = bin_folder / "dlpack-ref"
+    script.write_text("import sys\nfrom dlpack_ref.cli import main\nsys.exit(main())\n")
+    proc = start(tmp_path, ["check", "--library", "dlpack_ref", "--rules", "producer.zero_dim", "--no-matrix",
+                            "--format", "json"], cwd=project, command=[sys.executable, str(script)])
+    cleanup.append(proc)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err[-3000:]
+    [lib] = json.loads(out)["libraries"]
+    assert lib["checked"] and lib["results"][0]["status"] == "pass"
