@@ -168,6 +168,27 @@ def test_a_signal_to_the_command_alone_ends_a_hanging_check_at_once(tmp_path, cl
     assert gone([worker]) == []
 
 
+def test_sigint_during_the_exchange_matrix_keeps_the_libraries_checked_and_marks_the_report_partial(tmp_path, cleanup):
+    # the rule passes; the matrix's exchanges hang, each pair in a worker thread
+    in_exchange = "any(f.name == 'exchange' for f in __import__('traceback').extract_stack())"
+    write_library(tmp_path, "hangs", f"    if {in_exchange}:\n        note(f'hanging.{{os.getpid()}}')\n"
+                  "        time.sleep(1000)")
+    proc = start(tmp_path, ["check", "--library", "dlpack_ref", "--library", "hangs", "--rules", "producer.zero_dim",
+                            "--format", "json"])
+    cleanup.append(proc)
+    wait_for_note(tmp_path, "hanging.")
+    os.kill(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=20)
+    assert proc.returncode == 130, err[-3000:]
+    assert "Traceback" not in err
+    report = json.loads(out)
+    assert report["partial"].startswith("interrupted by SIGINT: 2 of 2 libraries checked")
+    assert [lib["checked"] for lib in report["libraries"]] == [True, True]
+    assert all(lib["results"][0]["status"] == "pass" for lib in report["libraries"])
+    assert not any("crashed" in c for c in report["exchange"])  # an interrupted cell is no verdict
+    assert gone(noted(tmp_path, "hanging.")) == []
+
+
 def test_sigterm_ends_bench_with_a_report_marked_partial(tmp_path, cleanup):
     write_library(tmp_path, "hangs", HANGS)
     proc = start(tmp_path, ["bench", "--quick", "--library", "hangs", "--format", "json"])

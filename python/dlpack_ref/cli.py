@@ -383,8 +383,8 @@ def main(argv=None, prog: str | None = None) -> int:
                     return _bench(args, progress, out)
                 return _check(args, progress, out, prog)
             except Interrupted as e:
-                progress.say(f"{prog} {args.command}: interrupted by {e.signal} before there was anything to "
-                             f"report; every process it started was ended; exit status {e.exit_status}")
+                progress.say(f"{prog} {args.command}: interrupted by {e.signal} before its report was "
+                             f"written; every process it started was ended; exit status {e.exit_status}")
                 return e.exit_status
     finally:
         if whole:

@@ -35,7 +35,9 @@ _MARK = "sys_getswitchinterval"
 _WARM = 20
 #: The name of the empty call whose count is subtracted as the loop's own.
 LOOP = "(loop)"
-_CHILD = ("import sys; from dlpack_ref.bench.callgrind import serve; "
+#: The counting child: the parent's sys.path exactly, set before any import
+#: (-P: no working folder first), as the runner's workers have it.
+_CHILD = ("import sys; sys.path[:] = sys.argv[5:]; from dlpack_ref.bench.callgrind import serve; "
           "serve(sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4])")
 
 
@@ -145,7 +147,7 @@ def count(factory: str, args: list, loops: int = 200, env: dict | None = None,
         run = subprocess.run(
             ["valgrind", "--tool=callgrind", "--collect-atstart=no", f"--toggle-collect={_TOGGLE}",
              f"--dump-before={_MARK}", f"--callgrind-out-file={out}",
-             sys.executable, "-c", _CHILD, factory, json.dumps(args), str(loops), names_path],
+             sys.executable, "-P", "-c", _CHILD, factory, json.dumps(args), str(loops), names_path, *sys.path],
             env={**(os.environ if env is None else env), "PYTHONHASHSEED": "0"},
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=timeout)
         if run.returncode != 0:

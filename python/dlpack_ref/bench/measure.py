@@ -22,9 +22,9 @@ from typing import Callable
 from dlpack_ref.harness.output import Silent, environment, tool
 from dlpack_ref.harness.processes import Interrupted
 from dlpack_ref.harness.registry import subject
-from dlpack_ref.harness.runner import run_tasks
+from dlpack_ref.harness.runner import function_name, run_tasks, task
 
-from . import callgrind
+from . import callgrind, cases
 from .cases import DTYPE, SMALL_SHAPE, Arrays, call_of, is_copy, name, plan
 from .timing import compare
 
@@ -33,8 +33,6 @@ SCHEMA_VERSION = 1
 #: A sleep before each copy sample: PyTorch's OpenMP workers spin for about
 #: 10 ms after each of its calls and would share a core with the next sample.
 QUIET_S = 0.02
-_PROBE = "dlpack_ref.bench.cases:probe"
-_CALLS = "dlpack_ref.bench.cases:calls"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,7 +108,7 @@ def _refusal(outcome: dict) -> dict:
 def _preflight(keys: list[tuple[str, ...]], copy_bytes: int, progress, outcomes: dict) -> None:
     """Each call of ``keys`` once in a child process: its outcome into
     ``outcomes`` as it comes (what came before a signal is kept)."""
-    tasks = [{"kind": "function", "function": _PROBE, "key": list(k), "copy_bytes": copy_bytes} for k in keys]
+    tasks = [task(cases.probe, kind="function", key=list(k), copy_bytes=copy_bytes) for k in keys]
     progress.say(f"pre-flight: {len(tasks)} calls, each once in a child process")
     tick = progress.phase("pre-flight", len(tasks))
 
@@ -241,7 +239,7 @@ def _count_instructions(keys, settings: Settings, records: dict, progress) -> st
         progress.say(f"instructions: {len(keys)} calls under callgrind, {settings.loops} and "
                      f"{2 * settings.loops} times each (slow)")
         try:
-            counts, _ = callgrind.count(_CALLS, [[list(k) for k in keys], settings.copy_bytes], settings.loops)
+            counts, _ = callgrind.count(function_name(cases.calls), [[list(k) for k in keys], settings.copy_bytes], settings.loops)
         except RuntimeError as e:
             why = str(e)
         else:

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from typing import Callable, Iterable
 
+from dlpack_ref.harness.exchange import exchange_task
 from dlpack_ref.harness.registry import Described
-from dlpack_ref.harness.runner import Worker, described, run_groups
+from dlpack_ref.harness.runner import Worker, described, run_groups, task
 
 from .model import Result, result_from_outcome
 from .rules import RULES, entries, tasks_for
@@ -115,8 +116,7 @@ def run_matrix(producers: list[str], consumers: list[str],
     groups: dict[frozenset, list[dict]] = {}
     for p in producers:
         for c in consumers:
-            task = {"function": "dlpack_ref.harness.exchange:exchange_task", "producer": p, "consumer": c}
-            groups.setdefault(frozenset((p, c)), []).append(task)
+            groups.setdefault(frozenset((p, c)), []).append(task(exchange_task, producer=p, consumer=c))
     ordered = list(groups.values())
     outcomes = run_groups(ordered, on_done)
     return {(t["producer"], t["consumer"]): out for group, outs in zip(ordered, outcomes)

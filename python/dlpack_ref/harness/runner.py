@@ -10,8 +10,9 @@ lambda, a factory defined in a test) is a forked copy of it. When a worker
 dies (a signal, an abort, an exit) or a task hangs, that task's outcome is
 ``{"crashed": how}`` and a fresh worker takes the next task.
 
-A task is a dict naming its function, ``"module:function"``, which the
-child calls with the task and a :class:`Subjects` (the subject of the
+A task is a dict made by :func:`task` from its function (a module-level
+function, named to the child by its module and name), which the child
+calls with the task and a :class:`Subjects` (the subject of the
 worker, or any spec's, built on first use). Whatever a library writes
 goes to the parent's stderr, at the file-descriptor level: a child's
 stdout is the parent's stderr. A fresh worker's ``sys.path`` is the
@@ -38,19 +39,22 @@ from typing import Callable, Iterable
 
 from . import processes
 from .observe import exc_name, short
-from .registry import Described, subject
+from .registry import Described, describe, subject
 from .subject import Subject
 
-__all__ = ["TASK_TIMEOUT_S", "Subjects", "Worker", "described", "run_tasks", "run_groups", "how_it_ended"]
+__all__ = ["TASK_TIMEOUT_S", "Subjects", "Worker", "task", "function_name", "described", "run_tasks", "run_groups",
+           "how_it_ended"]
 
 MARK = "\x1edlpack-ref-runner "
 _MARK = MARK.encode()
 TASK_TIMEOUT_S = 60.0
 #: How often a worker's end is looked for where no pidfd tells it.
 _POLL_S = 0.05
-#: A fresh worker's command: the parent's sys.path exactly, set before any
-#: import (-P: no working folder first, as the console script has none).
-_CHILD = ("import sys; sys.path[:] = sys.argv[4:]; "
+#: A fresh worker's command: the parent's sys.path, set before any import
+#: (-P: no working folder first, as the console script has none), after any
+#: folder of the worker's own PYTHONPATH the parent lacks (one a long-lived
+#: process set after it started).
+_CHILD = ("import sys; sys.path[:] = [p for p in sys.path if p not in sys.argv[4:]] + sys.argv[4:]; "
           "from dlpack_ref.harness.runner import serve_spec; serve_spec(*sys.argv[1:4])")
 #: This process's ends of every live worker's pipes: a forked worker closes
 #: them, so that no other worker's pipe stays open in it.
@@ -71,6 +75,26 @@ class Subjects:
         if spec not in self._built:
             self._built[spec] = subject(spec)
         return self._built[spec]
+
+
+def function_name(function: Callable) -> str:
+    """``module:name`` of a module-level function, which a child imports by it.
+
+    Raises
+    ------
+    ValueError
+        For a function a child cannot import by name (a lambda, a nested function).
+    """
+    name = f"{function.__module__}:{function.__qualname__}"
+    if not function.__qualname__.isidentifier() or function.__module__ == "__main__":
+        raise ValueError(f"{name}: a task's function must be a module-level function of an importable module")
+    return name
+
+
+def task(function: Callable[[dict, Subjects], dict], **fields) -> dict:
+    """A task that runs ``function(task, subjects)`` in a worker; ``fields``
+    (JSON values) travel with it."""
+    return {"function": function_name(function), **fields}
 
 
 def _perform(task: dict, subjects: Subjects) -> dict:
@@ -332,8 +356,8 @@ def described(spec: str, worker: Worker | None = None) -> Described:
     """What the library ``spec`` is, asked of ``worker`` (a :class:`Worker`
     of that spec, kept for what follows) or of a child of its own: its
     import and its adapter run there, never here."""
-    task = {"function": "dlpack_ref.harness.registry:describe", "spec": spec}
+    asked = task(describe, spec=spec)
     if worker is not None:
-        return Described(spec, worker.ask(task))
+        return Described(spec, worker.ask(asked))
     with Worker(spec) as child:
-        return Described(spec, child.ask(task))
+        return Described(spec, child.ask(asked))

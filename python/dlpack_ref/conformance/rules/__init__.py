@@ -14,6 +14,8 @@ the breaking subject fails it, and that the failure's reproduction shows it.
 
 from __future__ import annotations
 
+from dlpack_ref.harness.runner import task
+
 from . import consumer, cuda, producer
 from .table import RULES, Entry, rule
 
@@ -32,7 +34,7 @@ def entries() -> list[Entry]:
 def tasks_for(sides: dict[str, bool], only: set[str] | None = None, spec: str | None = None) -> list[dict]:
     """The tasks that check a library with the given sides (``producer``,
     ``consumer``, ``cuda``: whether it has them), those in ``only`` when given."""
-    return [{"function": f"{__name__}:perform", "rule": e.rule.id, **({"spec": spec} if spec else {})}
+    return [task(perform, rule=e.rule.id, **({"spec": spec} if spec else {}))
             for e in ENTRIES if sides.get(e.side) and (only is None or e.rule.id in only)]
 
 
