@@ -189,6 +189,33 @@ def test_sigint_during_the_exchange_matrix_keeps_the_libraries_checked_and_marks
     assert gone(noted(tmp_path, "hanging.")) == []
 
 
+def test_ctrl_c_in_a_python_caller_ends_the_runner_s_parallel_workers_at_once(tmp_path, cleanup):
+    write_library(tmp_path, "hangs_in_a_task",
+                  at_import="def hang(task, subjects):\n    note(f'hanging.{os.getpid()}')\n    time.sleep(1000)\n")
+    script = textwrap.dedent('''
+        import time
+        from dlpack_ref.harness.runner import run_groups
+        hang = {"function": "hangs_in_a_task:hang"}
+        try:
+            run_groups([[hang], [hang]], parallel=2)
+        except KeyboardInterrupt:
+            print("interrupted")
+        ''')
+    proc = start(tmp_path, ["-c", script], command=[sys.executable])
+    cleanup.append(proc)
+    deadline = time.monotonic() + 60
+    while len(noted(tmp_path, "hanging.")) < 2 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    workers = noted(tmp_path, "hanging.")
+    assert len(workers) == 2
+    sent = time.monotonic()
+    os.kill(proc.pid, signal.SIGINT)   # as Ctrl-C reaches a caller whose workers lead sessions of their own
+    out, err = proc.communicate(timeout=30)
+    assert time.monotonic() - sent < 10, "the workers' tasks were waited for"
+    assert out.strip() == "interrupted", err[-3000:]
+    assert gone(workers) == []
+
+
 def test_sigterm_ends_bench_with_a_report_marked_partial(tmp_path, cleanup):
     write_library(tmp_path, "hangs", HANGS)
     proc = start(tmp_path, ["bench", "--quick", "--library", "hangs", "--format", "json"])

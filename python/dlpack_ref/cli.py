@@ -76,6 +76,8 @@ exit status:
   3  a library asked for with --library (or --fail-on) cannot be imported,
      its import crashes or exits, nothing in it can be checked, or nothing
      was checked at all
+  130, 143  interrupted by SIGINT or SIGTERM: every process the run started
+     is ended, and the report holds what was done, marked partial
   Without the gate only dlpack_ref's own failures set the status:
   --fail-on dlpack_ref gives that behaviour back.
 """
@@ -108,6 +110,8 @@ exit status:
      before measuring)
   3  a library asked for with --library cannot be imported, its import
      crashes or exits, or it has neither a producer nor a consumer
+  130, 143  interrupted by SIGINT or SIGTERM: every process the run started
+     is ended, and the report holds what was measured, marked partial
 """
 
 

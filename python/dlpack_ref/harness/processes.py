@@ -48,7 +48,7 @@ class Interrupted(BaseException):
         super().__init__(f"interrupted by {self.signal}")
 
 
-_state = {"signum": None, "count": 0}
+_state: dict = {"signum": None}
 _live: dict[int, str] = {}          # pid of each live worker (a session leader) -> its mark
 _sequence = iter(range(1, 1 << 62))
 
@@ -183,7 +183,6 @@ def _end_child(pid: int) -> None:
 
 
 def _on_signal(signum, frame) -> None:
-    _state["count"] += 1
     first = _state["signum"] is None
     if first:
         _state["signum"] = signum
@@ -207,10 +206,10 @@ def interruptible():
         yield
         return
     before = {s: signal.signal(s, _on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-    _state.update(signum=None, count=0)
+    _state.update(signum=None)
     try:
         yield
     finally:
         for s, handler in before.items():
             signal.signal(s, handler)
-        _state.update(signum=None, count=0)
+        _state.update(signum=None)

@@ -313,41 +313,72 @@ class Worker:
         finally:
             self._reap()
 
+    def kill(self) -> None:
+        """Kill the worker's process group now, from any thread: the task it
+        serves ends as a crash, which the thread that asked reads."""
+        pid = self._pid
+        if pid is not None:
+            processes.end_group(pid)
+
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc):
-        self.close()
+    def __exit__(self, exc_type, *exc):
+        if exc_type is not None and self._pid is not None:
+            self._reap()  # interrupted (Ctrl-C in the caller): no wait for the task at hand
+        else:
+            self.close()
         return False
+
+
+def _outcomes(worker: Worker, tasks: Iterable[dict], on_done, stop: threading.Event | None = None) -> list[dict]:
+    outcomes = []
+    for each in tasks:
+        outcome = worker.ask(each)
+        if stop is not None and stop.is_set():
+            break  # the run was given up: an outcome of a killed worker is no verdict
+        outcomes.append(outcome)
+        if on_done:
+            on_done(each, outcome)
+    return outcomes
 
 
 def run_tasks(tasks: Iterable[dict], spec: str | None = None, subject: Subject | None = None,
               on_done: Callable[[dict, dict], None] | None = None) -> list[dict]:
     """The outcome of each task, in order, from one worker (restarted after
     each crash) for ``spec`` or, without one, forked with ``subject``."""
-    outcomes = []
     with Worker(spec, subject) as worker:
-        for task in tasks:
-            outcomes.append(worker.ask(task))
-            if on_done:
-                on_done(task, outcomes[-1])
-    return outcomes
+        return _outcomes(worker, tasks, on_done)
 
 
 def run_groups(groups: list[list[dict]], on_done: Callable[[dict, dict], None] | None = None,
                parallel: int | None = None) -> list[list[dict]]:
     """Each group of tasks in a worker of its own (no other group's imports
-    in it), ``parallel`` workers at a time (default: the CPUs)."""
-    lock = threading.Lock()
+    in it), ``parallel`` workers at a time (default: the CPUs). When this
+    thread is interrupted (KeyboardInterrupt, :class:`~.processes.Interrupted`),
+    every group's worker is killed at once and no group starts after."""
+    lock, stop, workers = threading.Lock(), threading.Event(), []
 
     def done(task, outcome):
         if on_done:
             with lock:
                 on_done(task, outcome)
 
+    def group_outcomes(group):
+        if stop.is_set():
+            return []
+        with Worker("") as worker:
+            workers.append(worker)
+            return _outcomes(worker, group, done, stop)
+
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=parallel or os.cpu_count() or 1)
     try:
-        return list(pool.map(lambda group: run_tasks(group, spec="", on_done=done), groups))
+        return list(pool.map(group_outcomes, groups))
+    except BaseException:
+        stop.set()
+        for worker in list(workers):
+            worker.kill()
+        raise
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
 
