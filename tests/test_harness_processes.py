@@ -342,3 +342,17 @@ def test_check_from_a_project_folder_with_a_json_module_imports_as_the_command_d
     assert proc.returncode == 0, err[-3000:]
     [lib] = json.loads(out)["libraries"]
     assert lib["checked"] and lib["results"][0]["status"] == "pass"
+
+
+# --- tasks ------------------------------------------------------------------------------------
+
+def test_a_task_names_its_function_from_the_function_object():
+    from dlpack_ref.harness import exchange, runner
+    made = runner.task(exchange.exchange_task, producer="numpy", consumer="torch")
+    assert made == {"function": "dlpack_ref.harness.exchange:exchange_task", "producer": "numpy", "consumer": "torch"}
+    def nested(task, subjects):
+        return {}
+
+    for unnamed in (lambda task, subjects: {}, nested):   # a child cannot import these by name
+        with pytest.raises(ValueError, match="module-level function"):
+            runner.task(unnamed)
