@@ -95,7 +95,7 @@ def unwritable(path: str) -> str | None:
 
 
 #: How long a report waits for a reader to open the FIFO it goes to.
-FIFO_WAIT_S = 10.0
+FIFO_WAIT_S = 5.0
 
 
 def _write_fifo(path: str, data: bytes) -> None:
