@@ -405,9 +405,9 @@ def explain(run, rule_id: str) -> str:
             if source is None:
                 continue
             if not code:
-                code = ["", f"# --- the reproduction of {lib}'s failure ---", source.rstrip()]
+                code = ["", f"# --- the reproduction of {run.label(lib)}'s failure ---", source.rstrip()]
             else:
-                code += ["", f"# --- the reproduction of {lib}'s failure (commented out: "
+                code += ["", f"# --- the reproduction of {run.label(lib)}'s failure (commented out: "
                          f"--library {lib} --explain {rule.id} prints it as code) ---",
                          *("# " + line if line else "#" for line in source.rstrip().splitlines())]
     for lib, why in run.unavailable.items():
