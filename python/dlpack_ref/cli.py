@@ -13,7 +13,6 @@ import difflib
 import fnmatch
 import importlib.util
 import os
-import re
 import sys
 
 import dlpack_ref
@@ -186,18 +185,21 @@ def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespa
     return args
 
 
-_NAME = r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*"
-
-
 def _bad_spec(spec: str) -> str | None:
-    """Why ``--library SPEC`` cannot name a library, or None."""
-    if re.fullmatch(f"{_NAME}(?::{_NAME})?", spec):
-        return None
+    """Why ``--library SPEC`` cannot name a library, or None. Only the form
+    is checked here (a module, optionally ``:attr``, no empty part): any
+    other text is a name importlib may find."""
     module, colon, attr = spec.partition(":")
-    if colon and not attr:
+    if not module.strip():
+        return f"--library {spec!r}: no module name (a known name, a module, or module:attr)"
+    if colon and not attr.strip():
         return f"--library {spec!r}: nothing after ':' (module:attr names the consumer's from_dlpack)"
-    return (f"--library {spec!r}: not a module name, module:attr or a known name "
-            f"({', '.join(KNOWN)})")
+    for part, what in ((module, "module"), (attr, "attribute")):
+        if part and "" in part.split("."):
+            return f"--library {spec!r}: an empty part in the {what} name {part!r}"
+    if ":" in attr:
+        return f"--library {spec!r}: more than one ':' (module:attr)"
+    return None
 
 
 def _suggestion(name: str, choices) -> str:
@@ -269,7 +271,7 @@ def _check_arguments(args, progress: Progress, rule_ids: list[str]):
     status: every argument is checked here, before anything runs."""
     from .conformance.gate import AllowList
 
-    status = _library_arguments(args, progress) or _output_arguments(args, progress)
+    status = _library_arguments(args, progress) or _output_arguments(args, progress, ("--json", "--repro-dir"))
     if status:
         return status
     try:

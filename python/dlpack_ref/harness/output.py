@@ -189,8 +189,8 @@ def write_report(flag: str, path: str, data: str | bytes | None = None, draw=Non
             _write_fifo(path, payload)
         elif st is not None and stat.S_ISCHR(st.st_mode):
             write(path)
-        else:
-            _write_atomic(path, write)
+        else:   # through a symbolic link to the file it names: the link stays
+            _write_atomic(os.path.realpath(path), write)
     except OSError as e:
         raise OutputError(f"{flag} {path}: {e.strerror or e} (nothing was written there)") from None
 
