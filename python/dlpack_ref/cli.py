@@ -18,7 +18,7 @@ import sys
 import dlpack_ref
 
 from .harness.output import (EXIT_FAILED, EXIT_MISSING, EXIT_OK, EXIT_USAGE, OutputError, Progress, report_stdout,
-                             unwritable, write_report)
+                             unwritable, unwritable_folder, write_report)
 from .harness.registry import KNOWN, select
 from .harness.runner import described
 
@@ -238,19 +238,11 @@ def _output_arguments(args, progress: Progress, flags=("--json",)) -> int | None
         path = getattr(args, flag[2:].replace("-", "_"), None)
         if path is None:
             continue
-        why = unwritable(path) if flag != "--repro-dir" else _unwritable_folder(path)
+        why = unwritable(path) if flag != "--repro-dir" else unwritable_folder(path)
         if why:
             progress.say(f"error: {flag} {why}; nothing was run")
             return EXIT_USAGE
     return None
-
-
-def _unwritable_folder(path: str) -> str | None:
-    if not path:
-        return "'': an empty path"
-    if os.path.isdir(path):
-        return None if os.access(path, os.W_OK) else f"{path}: the folder cannot be written (permission denied)"
-    return unwritable(path)
 
 
 def prog_name() -> str:

@@ -15,7 +15,7 @@ import sys
 import tempfile
 import time
 
-__all__ = ["EXIT_OK", "EXIT_FAILED", "EXIT_USAGE", "EXIT_MISSING", "report_stdout", "unwritable", "write_report",
+__all__ = ["EXIT_OK", "EXIT_FAILED", "EXIT_USAGE", "EXIT_MISSING", "report_stdout", "unwritable", "unwritable_folder", "write_report",
            "OutputError", "Progress",
            "md_escape", "grid", "tool", "environment"]
 
@@ -92,6 +92,18 @@ def unwritable(path: str) -> str | None:
     if not os.access(folder, os.W_OK):
         return f"{path}: the folder {folder} cannot be written (permission denied)"
     return None
+
+
+def unwritable_folder(path: str) -> str | None:
+    """Why ``path`` cannot be a folder a run writes its files into (it is
+    made when missing), or None when it can."""
+    if not path:
+        return "'': an empty path"
+    if _under(os.path.abspath(path), _KERNEL_FOLDERS) or _under(os.path.realpath(path), _KERNEL_FOLDERS):
+        return f"{path}: a kernel interface under /proc or /sys, not a place for reports"
+    if os.path.isdir(path):
+        return None if os.access(path, os.W_OK) else f"{path}: the folder cannot be written (permission denied)"
+    return unwritable(path)
 
 
 #: How long a report waits for a reader to open the FIFO it goes to.
