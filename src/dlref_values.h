@@ -44,7 +44,7 @@ static int dlref_other_leaf_kind(PyObject* o) {
         if (PyObject_HasAttrString(o, "__complex__")) return DLREF_KIND_OF_COMPLEX;
     }
     PyErr_Format(PyExc_TypeError,
-                 "asarray cannot read a %.100s: expected a DLPack object, a buffer, a Python scalar "
+                 "asarray cannot read an object of type %.100s: expected a DLPack object, a buffer, a Python scalar "
                  "or a nested sequence", Py_TYPE(o)->tp_name);
     return -1;
 }
@@ -89,7 +89,7 @@ static int dlref_seq_check(PyObject* o, int depth, int ndim, const int64_t* shap
     }
     if (!(PyList_Check(o) || PyTuple_Check(o))) {
         PyErr_Format(PyExc_ValueError,
-                     "ragged nested sequence: a %.100s at depth %d, where the first elements have a "
+                     "ragged nested sequence: an object of type %.100s at depth %d, where the first elements have a "
                      "sequence of length %lld", Py_TYPE(o)->tp_name, depth, (long long)shape[depth]);
         return -1;
     }

@@ -381,7 +381,7 @@ def test_asarray_ragged_is_a_value_error():
 
 @pytest.mark.parametrize("obj", ["abc", object(), {1: 2}])
 def test_asarray_unreadable_is_a_type_error(obj):
-    with pytest.raises(TypeError, match=f"asarray cannot read a {type(obj).__name__}"):
+    with pytest.raises(TypeError, match=f"asarray cannot read an object of type {type(obj).__name__}"):
         dr.asarray(obj)
 
 

@@ -208,7 +208,7 @@ def test_ragged_and_self_containing_lists_are_value_errors(dtype):
 def test_an_object_of_no_kind_is_a_type_error(obj):
     # A bare capsule is from_dlpack's input, not asarray's (as for NumPy).
     for dtype in (None, "float64"):
-        with pytest.raises(TypeError, match=f"^asarray cannot read a {type(obj).__name__}: expected a DLPack "
+        with pytest.raises(TypeError, match=f"^asarray cannot read an object of type {type(obj).__name__}: expected a DLPack "
                                             "object, a buffer, a Python scalar or a nested sequence$"):
             dr.asarray(obj, dtype=dtype)
 

@@ -205,7 +205,7 @@ def test_json_carries_a_reproduction_for_each_failure_that_shows_it(broken_run, 
     run = _run_source(by_id["consumer.shape_null"]["reproduction"], tmp_path)
     assert run.returncode == 1, run.stderr
     assert run.stdout.splitlines()[-2:] == ["expected: a NULL shape with ndim > 0 is refused",
-                                            "observed: accepted (result Array on [1, 0])"]
+                                            "observed: accepted (result Array on device_type 1, device_id 0)"]
     run = _run_source(by_id["consumer.copy_true"]["reproduction"], tmp_path)
     assert run.returncode == 1 and run.stdout.splitlines()[-1] == "observed: copy=True imported in place (same pointer)"
 

@@ -4,6 +4,8 @@ build exactly when a rule that is not allowed breaks."""
 
 import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -118,3 +120,66 @@ def test_array_api_strict_through_the_generic_adapter(pytester):
     assert "tolist" not in result.stdout.str()
     pytester.makefile(".txt", allow="".join(f"array_api_strict {rule} known\n" for rule in broken))
     assert pytester.runpytest("-p", "no:cacheprovider", "--dlpack-allow", "allow.txt").ret == pytest.ExitCode.OK
+
+
+# --- the entry point costs nothing until a test module holds a Suite --------------------------
+
+def test_the_entry_module_imports_neither_the_core_nor_numpy():
+    # As pytest loads it: the pytest11 entry point of the installed
+    # distribution, in a fresh interpreter that has imported pytest.
+    probe = """
+import importlib.metadata, sys, pytest
+[ep] = [ep for ep in importlib.metadata.entry_points(group="pytest11") if ep.name == "dlpack_ref"]
+plugin = ep.load()
+assert hasattr(plugin, "pytest_pycollect_makeitem"), plugin
+print(sorted(m for m in sys.modules if m.split(".")[0] in ("dlpack_ref", "numpy")))
+"""
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
+# --- the first example of the docs, as written, in a project of its own ------------------------
+
+def _first_plugin_example() -> str:
+    page = (Path(__file__).resolve().parent.parent / "docs" / "conformance.md").read_text()
+    section = page.split("## From another project's pytest suite: the plugin")[1]
+    return re.findall(r"```python\n(.*?)```", section, re.S)[0]
+
+
+@pytest.fixture
+def scratch_project(tmp_path):
+    """A project as the docs lay it out: its pytest configuration and
+    dlpack-allow.txt at the root, the example in tests/test_dlpack.py."""
+    (tmp_path / "pyproject.toml").write_text("[tool.pytest.ini_options]\ntestpaths = [\"tests\"]\n")
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_dlpack.py").write_text(_first_plugin_example())
+    return tmp_path
+
+
+def _pytest(cwd, *args):
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rxX", *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=600)
+    return done.returncode, done.stdout + done.stderr
+
+
+def test_the_first_plugin_example_runs_as_written_from_the_root_and_from_tests(scratch_project):
+    # An allowance for a rule NumPy passes: the test then reads XPASS, which
+    # shows the allow file was read.
+    (scratch_project / "dlpack-allow.txt").write_text("numpy-like producer.zero_dim allowed in the docs' example\n")
+    for cwd in (scratch_project, scratch_project / "tests"):
+        rc, text = _pytest(cwd, "-k", "zero_dim")
+        assert rc == pytest.ExitCode.OK, text
+        assert "XPASS" in text and "allowed in the docs' example" in text, text
+
+
+def test_a_missing_allow_file_is_one_usage_error_naming_it(scratch_project):
+    rc, text = _pytest(scratch_project / "tests", "-k", "zero_dim")
+    assert rc != pytest.ExitCode.OK
+    wanted = f"dlpack-ref: allow_file= {scratch_project / 'dlpack-allow.txt'}: No such file or directory"
+    assert [line for line in text.splitlines() if "dlpack-allow.txt" in line and "ERROR" not in line] == [wanted]
+    assert "Traceback" not in text and "gate.py" not in text
+    (scratch_project / "dlpack-allow.txt").write_text("")
+    rc, text = _pytest(scratch_project, "--dlpack-allow", "nowhere.txt")
+    assert rc == pytest.ExitCode.USAGE_ERROR
+    assert f"ERROR: dlpack-ref: --dlpack-allow {scratch_project / 'nowhere.txt'}: No such file or directory" in text

@@ -651,7 +651,7 @@ def test_python_values_into_bcomplex32_round_each_part_once():
     got = np.frombuffer(dr.asarray(values, dtype="bcomplex32")._host_bytes(), np.uint16).reshape(-1, 2)
     assert np.array_equal(got, bc32_oracle(np.array(values, np.complex128)))
     assert dr.asarray([1, 2.5, True, 1 - 3j], dtype="bcomplex32").tolist() == [1, 2.5, 1, 1 - 3j]
-    with pytest.raises(TypeError, match="cannot read a str"):
+    with pytest.raises(TypeError, match="cannot read an object of type str"):
         dr.asarray(["x"], dtype="bcomplex32")
 
 

@@ -6,8 +6,6 @@ Python face: devices, dtypes, creation functions, CUDA and the conformance
 checks. See docs/semantics.md for every rule.
 """
 
-from __future__ import annotations
-
 
 def _refuse_subinterpreters() -> None:
     """ImportError in any interpreter but the main one, before any module of

@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import fnmatch
+import importlib.util
 import os
 import sys
 
 import dlpack_ref
 
 from .harness import processes
-from .harness.output import EXIT_FAILED, EXIT_MISSING, EXIT_OK, EXIT_USAGE, Progress, report_stdout, unwritable
+from .harness.output import (EXIT_FAILED, EXIT_MISSING, EXIT_OK, EXIT_USAGE, OutputError, Progress, report_stdout,
+                             unwritable, unwritable_folder, write_report)
 from .harness.processes import Interrupted
 from .harness.registry import KNOWN, select
 from .harness.runner import described
@@ -38,8 +41,11 @@ libraries (the same for check and bench):
 output:
   The report goes to stdout, and nothing else does: whatever a library
   writes goes to stderr, with the progress and warnings. --json FILE writes
-  the JSON report too; a FILE that cannot be written is a usage error
-  before anything runs.
+  the JSON report too, whole or not at all (a temporary file beside it,
+  renamed over it); a FILE that cannot be written (a missing or read-only
+  folder, a path under /proc or /sys, '') is a usage error before anything
+  runs, and a write that fails at the end (a full disk, a reader gone) is
+  one line and exit status 2. A FIFO is written once a reader opens it.
 """
 
 _CHECK_EPILOG = _LIBRARIES + """
@@ -63,23 +69,28 @@ explaining a rule:
 allowing failures:
   --allow RULE (repeatable, any library) and --allow-file FILE, whose lines
   are "LIBRARY RULE REASON" (LIBRARY may be *, RULE may use * wildcards,
-  a reason is required, # starts a comment).
+  a reason is required, # starts a comment; UTF-8, LF or CRLF). A line
+  that allows no rule there is, or repeats another, is named on stderr
+  (--strict-allow: an unknown rule is exit status 2); an allowance for a
+  rule that now passes is listed in the report as stale.
 
 exit status:
   0  something was checked, and every checked library passes every rule that
      is not allowed
   1  a checked library fails a rule that is not allowed (or a check could
      not run, or a library crashed)
-  2  bad arguments: an unreadable allow file, an unknown --explain rule, a
-     --rules pattern that matches no rule, a --json FILE that cannot be
-     written
+  2  bad arguments, all found before anything runs: an unknown option, a
+     malformed --library SPEC, a --fail-on LIBRARY that is not in the
+     run, an unreadable allow file, an unknown --explain rule, a --rules
+     pattern that matches no rule, a --json FILE that cannot be written;
+     and a report that could not be written at the end
   3  a library asked for with --library (or --fail-on) cannot be imported,
      its import crashes or exits, nothing in it can be checked, or nothing
      was checked at all
   130, 143  interrupted by SIGINT or SIGTERM: every process the run started
      is ended, and the report holds what was done, marked partial
-  Without the gate only dlpack_ref's own failures set the status:
-  --fail-on dlpack_ref gives that behaviour back.
+  --fail-on dlpack_ref makes dlpack_ref's own failures alone set the
+  status (the other libraries are still checked and reported).
 """
 
 _BENCH_EPILOG = _LIBRARIES + """
@@ -106,8 +117,9 @@ exit status:
   0  measured (whatever the numbers; a crashing pair is reported, not fatal)
   1  the chart asked for with --plot cannot be drawn (matplotlib is missing:
      checked before measuring, and an old chart at FILE is removed)
-  2  bad arguments (a --plot or --json FILE that cannot be written: checked
-     before measuring)
+  2  bad arguments, found before measuring (an unknown option, a malformed
+     --library SPEC, a --plot or --json FILE that cannot be written), or a
+     report or chart that could not be written at the end
   3  a library asked for with --library cannot be imported, its import
      crashes or exits, or it has neither a producer nor a consumer
   130, 143  interrupted by SIGINT or SIGTERM: every process the run started
@@ -139,6 +151,8 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     check.add_argument("--allow", action="append", default=[], metavar="RULE",
                        help="a rule id (or pattern) whose failure does not fail the gate, for every library")
     check.add_argument("--allow-file", metavar="FILE", help="allowances, one 'LIBRARY RULE REASON' a line")
+    check.add_argument("--strict-allow", action="store_true",
+                       help="an allowance for a rule id that does not exist is an error (exit 2), not a warning")
     check.add_argument("--fail-on", action="append", metavar="LIBRARY",
                        help="only these libraries' failures set the exit status (repeatable; "
                        "default: every checked library)")
@@ -159,7 +173,82 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     bench.add_argument("--quick", action="store_true", help="a smoke run: fewer and shorter rounds")
     bench.add_argument("--instructions", action="store_true",
                        help="count instructions per call with callgrind too, where valgrind is installed (slow)")
+    p.subcommands = {"check": check, "bench": bench}
     return p
+
+
+def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """The arguments; an unknown option is reported with its subcommand's
+    usage (argparse gives the top level's), and the closest option."""
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        sub = parser.subcommands[args.command]
+        options = [o for action in sub._actions for o in action.option_strings if o.startswith("--")]
+        hints = [m for u in unknown if u.startswith("-")
+                 for m in difflib.get_close_matches(u.split("=")[0], options, n=1)]
+        sub.error(f"unrecognized arguments: {' '.join(unknown)}"
+                  + (f" (did you mean {' '.join(hints)}?)" if hints else ""))
+    return args
+
+
+def _bad_spec(spec: str) -> str | None:
+    """Why ``--library SPEC`` cannot name a library, or None. Only the form
+    is checked here (a module, optionally ``:attr``, no empty part): any
+    other text is a name importlib may find."""
+    module, colon, attr = spec.partition(":")
+    if not module.strip():
+        return f"--library {spec!r}: no module name (a known name, a module, or module:attr)"
+    if colon and not attr.strip():
+        return f"--library {spec!r}: nothing after ':' (module:attr names the consumer's from_dlpack)"
+    for part, what in ((module, "module"), (attr, "attribute")):
+        if part and "" in part.split("."):
+            return f"--library {spec!r}: an empty part in the {what} name {part!r}"
+    if ":" in attr:
+        return f"--library {spec!r}: more than one ':' (module:attr)"
+    return None
+
+
+def _suggestion(name: str, choices) -> str:
+    close = difflib.get_close_matches(name, list(choices), n=1)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
+def _not_found_hint(spec: str) -> str:
+    """A close known name for a spec whose module is nowhere to be found
+    (looked up without importing it), else ''."""
+    top = spec.partition(":")[0].split(".")[0]
+    if spec in KNOWN:
+        return ""
+    try:
+        if importlib.util.find_spec(top) is not None:
+            return ""
+    except (ImportError, ValueError):
+        pass
+    return _suggestion(spec, KNOWN)
+
+
+def _library_arguments(args, progress: Progress) -> int | None:
+    """Exit status EXIT_USAGE for a malformed --library SPEC, else None."""
+    for spec in args.library or []:
+        why = _bad_spec(spec)
+        if why:
+            progress.say(f"error: {why}; nothing was run")
+            return EXIT_USAGE
+    return None
+
+
+def _output_arguments(args, progress: Progress, flags=("--json",)) -> int | None:
+    """EXIT_USAGE when an output path (--json, --plot, --repro-dir where the
+    command has it) cannot be written, saying which and why; else None."""
+    for flag in flags:
+        path = getattr(args, flag[2:].replace("-", "_"), None)
+        if path is None:
+            continue
+        why = unwritable(path) if flag != "--repro-dir" else unwritable_folder(path)
+        if why:
+            progress.say(f"error: {flag} {why}; nothing was run")
+            return EXIT_USAGE
+    return None
 
 
 def prog_name() -> str:
@@ -169,42 +258,72 @@ def prog_name() -> str:
 
 
 def _write_json(path: str | None, text: str) -> None:
-    if path:
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(text + "\n")
+    if path is not None:
+        write_report("--json", path, text + "\n")
 
 
 # --- check -----------------------------------------------------------------------------------
 
-def _check(args, progress: Progress, out, prog: str) -> int:
-    from .conformance import report
-    from .conformance.gate import AllowList, blocking
-    from .conformance.rules import entries, tasks_for
-    from .conformance.run import check_spec, run_matrix
+def _check_arguments(args, progress: Progress, rule_ids: list[str]):
+    """The allow list, the rules to run and the selection, or an exit
+    status: every argument is checked here, before anything runs."""
+    from .conformance.gate import AllowList
 
-    rule_ids = [e.rule.id for e in entries()]
+    status = _library_arguments(args, progress) or _output_arguments(args, progress, ("--json", "--repro-dir"))
+    if status:
+        return status
     try:
-        allow = (AllowList.read(args.allow_file) if args.allow_file else AllowList()).plus(args.allow)
-    except (OSError, ValueError) as e:
-        progress.say(f"error: --allow-file: {e}")
+        allow = (AllowList.read(args.allow_file) if args.allow_file is not None else AllowList()).plus(args.allow)
+    except OSError as e:
+        progress.say(f"error: --allow-file {args.allow_file}: {e.strerror or e}; nothing was run")
+        return EXIT_USAGE
+    except ValueError as e:   # a line without a reason, or a file that is not UTF-8
+        progress.say(f"error: --allow-file {args.allow_file}: {e}; nothing was run")
+        return EXIT_USAGE
+    unknown, duplicates = allow.problems(rule_ids)
+    for line in unknown + duplicates:
+        progress.say(("error: " if args.strict_allow and line in unknown else "warning: ") + line)
+    if args.strict_allow and unknown:
         return EXIT_USAGE
     if args.explain is not None:
         if args.explain not in rule_ids:
-            progress.say(f"error: --explain: no rule {args.explain!r} (the rule ids are in every report)")
+            progress.say(f"error: --explain: no rule {args.explain!r}{_suggestion(args.explain, rule_ids)} "
+                         "(the rule ids are in every report)")
             return EXIT_USAGE
         args.rules, args.no_matrix = [args.explain], True
     only = None
     if args.rules:
         only = {r for r in rule_ids if any(fnmatch.fnmatchcase(r, p) for p in args.rules)}
         if not only:
-            progress.say(f"error: --rules {' '.join(args.rules)}: matches no rule (the rule ids are in every "
+            hint = "".join(_suggestion(p, rule_ids) for p in args.rules)
+            progress.say(f"error: --rules {' '.join(args.rules)}: matches no rule{hint} (the rule ids are in every "
                          "report; e.g. 'producer.*', 'consumer.copy_*', 'cuda.*')")
             return EXIT_USAGE
-    why = unwritable(args.json) if args.json else None
-    if why:
-        progress.say(f"error: --json {why}")
-        return EXIT_USAGE
     selection = select(args.library, add_installed=args.installed)
+    for lib in args.fail_on or []:
+        if lib in selection.not_installed:
+            progress.say(f"error: --fail-on {lib}: not installed here; nothing was run")
+            return EXIT_MISSING
+        if lib not in selection.specs:
+            progress.say(f"error: --fail-on {lib}: not a library of this run{_suggestion(lib, selection.specs)}; "
+                         f"it checks {', '.join(selection.specs)}; nothing was run")
+            return EXIT_USAGE
+    return allow, only, selection
+
+
+def _check(args, progress: Progress, out, prog: str) -> int:
+    from .conformance import report
+    from .conformance.gate import blocking, stale
+    from .conformance.rules import entries, tasks_for
+    from .conformance.run import check_spec, run_matrix
+
+    rule_ids = [e.rule.id for e in entries()]
+    checked_arguments = _check_arguments(args, progress, rule_ids)
+    if isinstance(checked_arguments, int):
+        return checked_arguments
+    allow, only, selection = checked_arguments
+    progress.say(f"checking {len(selection.specs)} librar{'y' if len(selection.specs) == 1 else 'ies'}: "
+                 f"{', '.join(selection.specs)} (each in child processes of its own)")
     libraries, unavailable, sides, cells = {}, {}, {}, {}
     interrupted = None
     try:
@@ -219,7 +338,7 @@ def _check(args, progress: Progress, out, prog: str) -> int:
                     progress.say(f"{spec} {d['version']}: {total} checks")
                     tick = progress.phase(spec, total)
                 else:
-                    progress.say(f"{spec}: {checked.error}; not checked")
+                    progress.say(f"{spec}: {checked.error}{_not_found_hint(spec)}; not checked")
 
             def on_result(r):
                 if tick:
@@ -227,10 +346,15 @@ def _check(args, progress: Progress, out, prog: str) -> int:
 
             checked = check_spec(spec, only, on_result, described)
             if checked.error is not None:
-                unavailable[spec] = checked.error
+                unavailable[spec] = checked.error + _not_found_hint(spec)
                 continue
             d, sides[spec] = checked.description, checked.sides
-            libraries[spec] = report.LibraryRun(spec, d["version"], checked.results, "", d["adapter"])
+            name = d.get("name") or spec
+            for r in checked.results:
+                r.subject = name
+            if name != spec:
+                allow = allow.aliased(name, spec)
+            libraries[spec] = report.LibraryRun(name, d["version"], checked.results, "", d["adapter"])
         matrix = {}
         if not args.no_matrix and libraries:
             producers = [s for s in libraries if sides[s]["producer"]]
@@ -256,11 +380,6 @@ def _check(args, progress: Progress, out, prog: str) -> int:
     asked = set(selection.asked) | set(args.fail_on or [])
     requested_missing = [lib for lib in unavailable if lib in asked]
     requested_missing += [lib for lib in selection.asked if lib in libraries and not libraries[lib].results]
-    requested_missing += [lib for lib in args.fail_on or [] if lib not in libraries and lib not in unavailable
-                          and lib not in requested_missing]
-    for lib in args.fail_on or []:
-        if lib not in libraries and lib not in unavailable:
-            unavailable[lib] = "asked for with --fail-on but not checked"
     for lib in selection.asked:
         if lib in libraries and not libraries[lib].results:
             unavailable[lib] = "none of the selected rules applies to it"
@@ -273,7 +392,8 @@ def _check(args, progress: Progress, out, prog: str) -> int:
         status, partial = interrupted.exit_status, _what_was_done(interrupted, libraries, selection.specs,
                                                                     matrix, args.no_matrix)
     run = report.Run(libraries, selection.not_installed, unavailable, matrix, allow, args.fail_on, stopping,
-                     requested_missing, status, f"{prog} check --library LIBRARY --explain RULE", partial)
+                     requested_missing, status, f"{prog} check --library LIBRARY --explain RULE",
+                     partial=partial, stale=stale(results, allow))
     text = explain(run, args.explain) if args.explain is not None else report.render(run, args.format)
     out.write(text + "\n")
     _write_json(args.json, report.render(run, "json"))
@@ -307,9 +427,9 @@ def explain(run, rule_id: str) -> str:
             if source is None:
                 continue
             if not code:
-                code = ["", f"# --- the reproduction of {lib}'s failure ---", source.rstrip()]
+                code = ["", f"# --- the reproduction of {run.label(lib)}'s failure ---", source.rstrip()]
             else:
-                code += ["", f"# --- the reproduction of {lib}'s failure (commented out: "
+                code += ["", f"# --- the reproduction of {run.label(lib)}'s failure (commented out: "
                          f"--library {lib} --explain {rule.id} prints it as code) ---",
                          *("# " + line if line else "#" for line in source.rstrip().splitlines())]
     for lib, why in run.unavailable.items():
@@ -324,11 +444,9 @@ def explain(run, rule_id: str) -> str:
 def _bench(args, progress: Progress, out) -> int:
     from .bench import chart, measure, report
 
-    for flag, path in (("--json", args.json), ("--plot", args.plot)):
-        why = unwritable(path) if path else None
-        if why:
-            progress.say(f"error: {flag} {why}; nothing was measured")
-            return EXIT_USAGE
+    status = _library_arguments(args, progress) or _output_arguments(args, progress, ("--json", "--plot"))
+    if status:
+        return status
     if args.plot:
         if os.path.splitext(args.plot)[1].lower() not in chart.FORMATS:
             progress.say(f"error: --plot {args.plot}: the file must end in {' or '.join(chart.FORMATS)}")
@@ -341,15 +459,19 @@ def _bench(args, progress: Progress, out) -> int:
     selection = select(args.library, add_installed=args.installed, always=("dlpack_ref",))
     missing = {lib: "not installed" for lib in selection.not_installed}
     specs = []
+    progress.say(f"bench: {len(selection.specs)} librar{'y' if len(selection.specs) == 1 else 'ies'} "
+                 f"({', '.join(selection.specs)}): asking each in a child process what it has")
     for spec in selection.specs:
         found = described(spec)
         error = found.error
         if error is None and not (found.sides["producer"] or found.sides["consumer"]):
             error = "nothing to benchmark: it has CUDA arrays only"
         if error is not None:
-            missing[spec] = error
-            progress.say(f"{spec}: {error}; not benchmarked")
+            missing[spec] = error + _not_found_hint(spec)
+            progress.say(f"{spec}: {missing[spec]}; not benchmarked")
             continue
+        progress.say(f"  {spec} {found.description.get('version', '')}: "
+                     + " and ".join(side for side in ("producer", "consumer") if found.sides[side]))
         specs.append(spec)
     if any(lib in missing for lib in selection.asked):
         return EXIT_MISSING
@@ -364,7 +486,7 @@ def _bench(args, progress: Progress, out) -> int:
         progress.say(f"{prog_name()} bench: {doc['partial']}; the report is marked partial; exit status {status}")
         return status
     if args.plot:
-        chart.heatmap(doc, args.plot)
+        write_report("--plot", args.plot, draw=lambda path: chart.heatmap(doc, path))
         progress.say(f"chart: {args.plot}")
     return EXIT_OK
 
@@ -372,7 +494,7 @@ def _bench(args, progress: Progress, out) -> int:
 def main(argv=None, prog: str | None = None) -> int:
     """Run the command line; returns the exit status."""
     prog = prog or prog_name()
-    args = _parser(prog).parse_args(sys.argv[1:] if argv is None else argv)
+    args = _parse(_parser(prog), sys.argv[1:] if argv is None else argv)
     progress = Progress()
     # Run as the command line, this process is the run alone: what a library
     # writes to stdout at exit still goes to stderr, and every process the run
@@ -381,7 +503,8 @@ def main(argv=None, prog: str | None = None) -> int:
     if whole:
         processes.become_subreaper()
     try:
-        with processes.interruptible(), report_stdout(restore=not whole) as out:
+        with processes.interruptible(), report_stdout(restore=not whole) as stdout:
+            out = _Report(stdout)
             try:
                 if args.command == "bench":
                     return _bench(args, progress, out)
@@ -390,6 +513,31 @@ def main(argv=None, prog: str | None = None) -> int:
                 progress.say(f"{prog} {args.command}: interrupted by {e.signal} before its report was "
                              f"written; every process it started was ended; exit status {e.exit_status}")
                 return e.exit_status
+            finally:
+                out.flush()
+    except OutputError as e:
+        progress.say(f"error: {e}")
+        return EXIT_USAGE
     finally:
         if whole:
             processes.end_children()
+
+
+class _Report:
+    """stdout for the report: a full disk or a reader gone (EPIPE) is an
+    OutputError, one line and exit status 2, not a traceback."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def _do(self, call, *args):
+        try:
+            return call(*args)
+        except OSError as e:
+            raise OutputError(f"stdout: {e.strerror or e} (the report is incomplete)") from None
+
+    def write(self, text: str) -> int:
+        return self._do(self._stream.write, text)
+
+    def flush(self) -> None:
+        self._do(self._stream.flush)

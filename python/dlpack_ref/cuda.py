@@ -10,8 +10,6 @@ Importing this module needs neither cuda-python nor a driver; the first
 CUDA request loads them.
 """
 
-from __future__ import annotations
-
 from ._cuda_driver import CUDAError, CUDAUnavailableError, runtime
 from ._cuda_streams import enter_stream, leave_stream
 from ._dlpack_ref import _stream_context_entered, _stream_handle

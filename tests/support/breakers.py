@@ -58,7 +58,7 @@ def cuda_producing(cls: type, shows: str) -> Breaker:
 
 # What several failures show: a malformed capsule imported, a refusal that
 # never called the deleter, a read that did not wait for the pending write.
-ACCEPTED = "accepted (result Array on [1, 0])"
+ACCEPTED = "accepted (result Array on device_type 1, device_id 0)"
 LEAKED = "deleter ran 0 times, expected 1"
 STALE = "bytes differ from the array's values"
 

@@ -59,7 +59,9 @@ def standing_lines(doc: dict) -> list[str]:
             if s["ratio"] is None:
                 continue
             role = f"consumer of {s[other]} arrays" if other == "producer" else f"producer for {s[other]}"
-            verdict = "fastest" if s["ratio"] <= 1.0 else "slower"
+            # judged on the ratio as printed: 1.004 and 0.996 both read 1.00x, a tie
+            shown = round(s["ratio"], 2)
+            verdict = "fastest" if shown < 1.0 else "tied with the fastest" if shown == 1.0 else "slower"
             lines.append(f"- dlpack_ref as {role}: {s['dlpack_ref_ns_median']:.0f} ns against "
                          f"{s['best_other']}'s {s['best_other_ns_median']:.0f} ns: {s['ratio']:.2f}x ({verdict})")
     return lines

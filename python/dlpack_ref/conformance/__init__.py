@@ -22,8 +22,6 @@ checked (Producer, Consumer, CudaProducer, Subject) comes from
 :mod:`dlpack_ref.harness`, which ``dlpack-ref bench`` shares.
 """
 
-from __future__ import annotations
-
 import dataclasses
 from typing import Any, Callable
 
@@ -131,6 +129,8 @@ class Suite:
     allow: AllowList
     marks: dict[str, Any]
     name: str = "library"
+    #: read by the plugin, a relative path from the pytest rootdir
+    allow_file: str | None = None
 
 
 def conformance_tests(library: str | None = None, *, producer_factory=None, from_dlpack=None,
@@ -155,7 +155,9 @@ def conformance_tests(library: str | None = None, *, producer_factory=None, from
     allow : tuple of str
         Rule ids (or patterns) expected to fail: their tests are marked xfail.
     allow_file : str, optional
-        An allow file (``LIBRARY RULE REASON`` lines, see :mod:`.gate`).
+        An allow file (``LIBRARY RULE REASON`` lines, see :mod:`.gate`),
+        read when the tests are collected; a relative path is read from the
+        pytest rootdir. A missing or unreadable one is a usage error.
     marks : dict, optional
         Rule id (or pattern) -> a pytest mark (``pytest.mark.xfail(...)``,
         ``pytest.mark.skip(...)``) added to that rule's test.
@@ -169,6 +171,5 @@ def conformance_tests(library: str | None = None, *, producer_factory=None, from
     """
     target = library if library is not None else \
         subject_of(producer_factory, from_dlpack, name=name or "library", **producer_options)
-    allowed = AllowList.read(allow_file) if allow_file else AllowList()
-    return Suite(target, allowed.plus(list(allow), "allowed in conformance_tests(allow=...)"), dict(marks or {}),
-                 name or (library if library is not None else "library"))
+    return Suite(target, AllowList().plus(list(allow), "allowed in conformance_tests(allow=...)"), dict(marks or {}),
+                 name or (library if library is not None else "library"), allow_file)

@@ -1,43 +1,33 @@
-"""The pytest plugin (entry point ``pytest11``, installed with dlpack-ref):
-a :class:`dlpack_ref.conformance.Suite` assigned to a ``test_*`` name in a
-test module becomes one test item per rule.
+"""The pytest plugin, installed with dlpack-ref: a
+:class:`dlpack_ref.conformance.Suite` assigned to a ``test_*`` name in a
+test module becomes one test item per rule. Its entry point (``pytest11``)
+is the module ``_dlpack_ref_pytest``, which imports this one when a test
+module first holds a Suite: a pytest start pays nothing for the plugin
+until then.
 
 - Items are named by rule id (``test_dlpack[producer.copy_true_copies]`` is
   shown as ``test_dlpack::producer.copy_true_copies``), so ``-k`` selects them.
 - A rule allowed by the suite, by ``--dlpack-allow FILE`` or by the ini
   option ``dlpack_allow_file`` (the CLI's allow-file format) is marked xfail
-  with its reason; ``marks=`` adds any pytest mark.
+  with its reason; ``marks=`` adds any pytest mark. A relative allow file
+  (``allow_file=`` too) is read from the pytest rootdir; one that is missing
+  or unreadable stops the run with one usage error naming it.
 - The selected items of a suite run as one batch through the runner when the
   first of them runs: every case in a child process, whatever the consumer.
 - pass: the rule holds; skipped: "not supported" (the library lacks what the
   rule needs); failed: the rule is broken, with the rule's text, where it is
   written and what was observed.
-
-Nothing of dlpack-ref is imported until a test module holds a Suite.
 """
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 
-def pytest_addoption(parser):
-    group = parser.getgroup("dlpack-ref", "DLPack conformance (dlpack-ref)")
-    group.addoption("--dlpack-allow", metavar="FILE", default=None,
-                    help="allow file for dlpack-ref conformance tests: 'LIBRARY RULE REASON' lines; "
-                    "the rules listed are marked xfail")
-    parser.addini("dlpack_allow_file", "allow file for dlpack-ref conformance tests (as --dlpack-allow)")
-
-
-def _is_suite(obj) -> bool:
-    cls = type(obj)
-    return cls.__name__ == "Suite" and cls.__module__ == "dlpack_ref.conformance"
-
-
-def pytest_pycollect_makeitem(collector, name, obj):
-    if _is_suite(obj) and collector.funcnamefilter(name):
-        return ConformanceSuite.from_parent(collector, name=name, suite=obj)
-    return None
+class AllowFileError(Exception):
+    """An allow file that cannot be used: shown as its one line."""
 
 
 class RuleBroken(Exception):
@@ -56,13 +46,29 @@ class ConformanceSuite(pytest.Collector):
         self.suite = suite
         self.results: dict[str, object] = {}
 
-    def _allow_list(self):
-        path = self.config.getoption("dlpack_allow") or self.config.getini("dlpack_allow_file")
-        if not path:
-            return self.suite.allow
+    def _read_allow_file(self, path: str, origin: str):
+        """The AllowList of ``path`` (relative: from the rootdir); a file
+        that is missing, unreadable or malformed is a usage error, one line."""
         from dlpack_ref.conformance import AllowList
-        extra = AllowList.read(str(self.config.rootpath / path) if not str(path).startswith("/") else path)
-        return AllowList(self.suite.allow.allowances + extra.allowances)
+        full = path if os.path.isabs(path) else os.path.join(str(self.config.rootpath), path)
+        try:
+            return AllowList.read(full)
+        except OSError as e:
+            why = e.strerror or str(e)
+        except ValueError as e:
+            why = str(e)
+        raise AllowFileError(f"dlpack-ref: {origin} {full}: {why}")
+
+    def _allow_list(self):
+        from dlpack_ref.conformance import AllowList
+        allow = self.suite.allow
+        if self.suite.allow_file:
+            allow = AllowList(self._read_allow_file(self.suite.allow_file, "allow_file=").allowances
+                              + allow.allowances)
+        path = self.config.getoption("dlpack_allow") or self.config.getini("dlpack_allow_file")
+        if path:
+            allow = AllowList(allow.allowances + self._read_allow_file(str(path), "--dlpack-allow").allowances)
+        return allow
 
     def collect(self):
         import fnmatch
@@ -70,6 +76,9 @@ class ConformanceSuite(pytest.Collector):
         from dlpack_ref.conformance.rules import entries
         from dlpack_ref.conformance.run import sides
         allow = self._allow_list()
+        unknown, duplicates = allow.problems([e.rule.id for e in entries()])
+        for line in unknown + duplicates:
+            self.warn(pytest.PytestWarning(f"dlpack-ref allow file: {line}"))
         name = self.suite.name
         has = sides(self.suite.subject)
         for rule in (e.rule for e in entries() if has[e.side]):
@@ -81,6 +90,11 @@ class ConformanceSuite(pytest.Collector):
                 if fnmatch.fnmatchcase(rule.id, pattern):
                     item.add_marker(mark)
             yield item
+
+    def repr_failure(self, excinfo):
+        if isinstance(excinfo.value, AllowFileError):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo)
 
     def result_for(self, item):
         """The Result of item's rule, running every selected rule of this

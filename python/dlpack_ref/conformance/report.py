@@ -9,9 +9,10 @@ import json
 import os
 
 from dlpack_ref.harness.exchange import cell_text
+from dlpack_ref.harness.observe import short
 from dlpack_ref.harness.output import environment, grid, md_escape, tool
 
-from .gate import AllowList
+from .gate import Allowance, AllowList
 from .model import Result, Status
 from .reproduce import reproduction
 
@@ -29,7 +30,8 @@ def mark(result: Result) -> str:
 
 @dataclasses.dataclass
 class LibraryRun:
-    """One checked library: its results, and a note (e.g. "no GPU")."""
+    """One checked library: its name (a hook's Producer or Consumer name,
+    else the spec it was checked by), its results, and a note (e.g. "no GPU")."""
 
     name: str
     version: str
@@ -57,6 +59,14 @@ class Run:
     explain_command: str = "python -m dlpack_ref check --library LIBRARY --explain RULE"
     #: Why the run is not complete (a signal stopped it), with what it did; None when complete.
     partial: str | None = None
+    #: allowances for rules that every library they name now passes
+    stale: list[Allowance] = dataclasses.field(default_factory=list)
+
+    def label(self, lib: str) -> str:
+        """How reports name a library: its name, with the spec it was
+        checked by when a hook named it otherwise (``my-lib (mymod)``)."""
+        name = self.libraries[lib].name if lib in self.libraries else lib
+        return name if name == lib else f"{name} ({lib})"
 
     def counts(self, lib: str) -> dict[str, int]:
         """Results of one library per status, and how many failures are allowed."""
@@ -80,7 +90,7 @@ def _check_grid(run: Run, prefix: str, markdown: bool) -> str:
                     cell += " (allowed)"
                 cells[(lib, r.rule.id)] = cell
     rows = [[cid] + [cells.get((lib, cid), "-") for lib in libs] for cid in order]
-    return grid(["check"] + libs, rows, markdown)
+    return grid(["check"] + [run.label(lib) for lib in libs], rows, markdown)
 
 
 def _failure_lines(run: Run, markdown: bool) -> list[str]:
@@ -92,8 +102,8 @@ def _failure_lines(run: Run, markdown: bool) -> list[str]:
                 continue
             rules.setdefault(r.rule.id, r.rule)
             allowed = run.allow.reason(lib, r.rule.id)
-            text = r.line(_LINE_LIMIT) + (f" [allowed: {allowed}]" if allowed else "")
-            lines.append("- " + esc(text))
+            text = r.line() + (f" [allowed: {allowed}]" if allowed else "")
+            lines.append("- " + esc(short(text, _LINE_LIMIT - 2)))
     if not lines:
         return ["none"]
     lines += ["", "Rules broken above:"]
@@ -106,7 +116,7 @@ def _summary_lines(run: Run, markdown: bool) -> list[str]:
     lines = []
     for lib, lr in run.libraries.items():
         c = run.counts(lib)
-        text = (f"{lib} {lr.version}: {c['pass']} pass, {c['fail']} fail, {c['error']} error, "
+        text = (f"{run.label(lib)} {lr.version}: {c['pass']} pass, {c['fail']} fail, {c['error']} error, "
                 f"{c['not supported']} not supported; {c['allowed']} of the failures allowed")
         if lr.note:
             text += f" ({lr.note})"
@@ -116,6 +126,11 @@ def _summary_lines(run: Run, markdown: bool) -> list[str]:
     if run.not_installed:
         lines.append("- " + esc("not installed: " + ", ".join(run.not_installed)))
     return lines
+
+
+def _stale_lines(run: Run, markdown: bool) -> list[str]:
+    esc = md_escape if markdown else (lambda s: s)
+    return ["- " + esc(short(f"{a.library} {a.rule} ({a.origin}): {a.reason}", _LINE_LIMIT - 2)) for a in run.stale]
 
 
 def _gate_line(run: Run) -> str:
@@ -164,6 +179,8 @@ def render(run: Run, fmt: str = "table") -> str:
         out += [f"{h}Exchange matrix (rows: producer, columns: consumer's from_dlpack)",
                 grid(["producer \\ consumer"] + consumers, rows, md), ""]
     out += [f"{h}Failures", *_failure_lines(run, md), ""]
+    if run.stale:
+        out += [f"{h}Stale allowances (the rules they allow now pass: remove them)", *_stale_lines(run, md), ""]
     if md:
         out += _reproduction_blocks(run)
     out += [f"{h}Gate", esc(_gate_line(run))]
@@ -180,7 +197,7 @@ def _reproduction_blocks(run: Run) -> list[str]:
         for r in lr.results:
             source = reproduction(lib, r, lr.adapter)
             if source is not None:
-                blocks += [f"<details><summary>{md_escape(lib)}: {md_escape(r.rule.id)}</summary>", "",
+                blocks += [f"<details><summary>{md_escape(run.label(lib))}: {md_escape(r.rule.id)}</summary>", "",
                            "```python", source.rstrip(), "```", "</details>", ""]
     if not blocks:
         return []
@@ -193,7 +210,7 @@ def to_json(run: Run) -> dict:
     for lib, lr in run.libraries.items():
         results = [{**r.to_dict(), "crash": r.crash, "allowed": run.allow.reason(lib, r.rule.id) if r.failed else None,
                     "reproduction": reproduction(lib, r, lr.adapter)} for r in lr.results]
-        libraries.append({"name": lib, "version": lr.version, "checked": True, "note": lr.note,
+        libraries.append({"name": lr.name, "spec": lib, "version": lr.version, "checked": True, "note": lr.note,
                           "summary": run.counts(lib), "results": results})
     for lib, why in run.unavailable.items():
         libraries.append({"name": lib, "version": None, "checked": False, "note": why,
@@ -210,5 +227,7 @@ def to_json(run: Run) -> dict:
         "libraries": libraries,
         "exchange": [{"producer": p, "consumer": c, **cell} for (p, c), cell in run.matrix.items()],
         "gate": {"exit_status": run.exit_status, "fail_on": run.fail_on,
-                 "blocking": [{"library": r.subject, "check": r.rule.id} for r in run.blocking]},
+                 "blocking": [{"library": r.subject, "check": r.rule.id} for r in run.blocking],
+                 "stale_allowances": [{"library": a.library, "rule": a.rule, "reason": a.reason, "where": a.origin}
+                                      for a in run.stale]},
     }

@@ -7,12 +7,16 @@ tool and environment that every JSON report carries."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import platform
+import stat
 import sys
+import tempfile
 import time
 
-__all__ = ["EXIT_OK", "EXIT_FAILED", "EXIT_USAGE", "EXIT_MISSING", "report_stdout", "unwritable", "Progress",
+__all__ = ["EXIT_OK", "EXIT_FAILED", "EXIT_USAGE", "EXIT_MISSING", "report_stdout", "unwritable", "unwritable_folder", "write_report",
+           "OutputError", "Progress",
            "md_escape", "grid", "tool", "environment"]
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_MISSING = 0, 1, 2, 3
@@ -32,28 +36,179 @@ def report_stdout(restore: bool = True):
     os.dup2(2, 1)
     real, sys.stdout = sys.stdout, sys.stderr
     report = os.fdopen(os.dup(saved), "w", encoding="utf-8", closefd=True)
+    failed = None
     try:
         yield report
     finally:
-        report.flush()
-        report.close()
+        try:
+            report.flush()
+        except OSError as e:   # a full disk, a reader gone (EPIPE): said once, below
+            failed = e
+        with contextlib.suppress(OSError):
+            report.close()     # retries a flush that failed
         if restore:
             sys.stdout = real
             os.dup2(saved, 1)
         os.close(saved)
+    if failed is not None:
+        raise OutputError(f"stdout: {failed.strerror or failed} (the report is incomplete)")
+
+
+#: Kernel interfaces: a report written there is lost or harms the machine.
+_KERNEL_FOLDERS = ("/proc", "/sys")
+
+
+class OutputError(Exception):
+    """A report file that cannot be written: the one line a user reads
+    (the option, the path and why), exit status 2."""
+
+
+def _under(path: str, folders: tuple[str, ...]) -> bool:
+    return any(path == f or path.startswith(f + "/") for f in folders)
 
 
 def unwritable(path: str) -> str | None:
-    """Why ``path`` cannot be written, or None when it can: checked before
-    a run measures anything, so that a long run never ends in a traceback."""
+    """Why ``path`` cannot take a report, or None when it can: checked
+    before a run measures anything, so that a long run never ends in a
+    traceback. A FIFO is never opened here (opening and closing it would
+    end its reader's input); :func:`write_report` waits for its reader."""
+    if not path:
+        return "'': an empty path"
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        st = None
+    except OSError as e:
+        return f"{path}: {e.strerror}"
+    if st is not None and (stat.S_ISFIFO(st.st_mode) or stat.S_ISCHR(st.st_mode)):
+        return None if os.access(path, os.W_OK) else f"{path} cannot be written (permission denied)"
+    if _under(os.path.abspath(path), _KERNEL_FOLDERS) or _under(os.path.realpath(path), _KERNEL_FOLDERS):
+        return f"{path}: a kernel interface under /proc or /sys, not a place for a report"
+    if st is not None and stat.S_ISDIR(st.st_mode):
+        return f"{path} is a folder"
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        return f"{path} is neither a regular file, a FIFO nor a character device"
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
         return f"{path}: the folder {folder} does not exist"
-    if os.path.isdir(path):
-        return f"{path} is a folder"
-    if not os.access(path if os.path.exists(path) else folder, os.W_OK):
+    if st is not None and not os.access(path, os.W_OK):
         return f"{path} cannot be written (permission denied)"
+    if not os.access(folder, os.W_OK):
+        return f"{path}: the folder {folder} cannot be written (permission denied)"
     return None
+
+
+def unwritable_folder(path: str) -> str | None:
+    """Why ``path`` cannot be a folder a run writes its files into (it is
+    made when missing), or None when it can."""
+    if not path:
+        return "'': an empty path"
+    if _under(os.path.abspath(path), _KERNEL_FOLDERS) or _under(os.path.realpath(path), _KERNEL_FOLDERS):
+        return f"{path}: a kernel interface under /proc or /sys, not a place for reports"
+    if os.path.isdir(path):
+        return None if os.access(path, os.W_OK) else f"{path}: the folder cannot be written (permission denied)"
+    return unwritable(path)
+
+
+#: How long a report waits for a reader to open the FIFO it goes to.
+FIFO_WAIT_S = 5.0
+
+
+def _write_fifo(path: str, data: bytes) -> None:
+    """Open without blocking (a FIFO nobody reads would block ``open``
+    forever), waiting up to FIFO_WAIT_S for a reader, then write blocking."""
+    deadline = time.monotonic() + FIFO_WAIT_S
+    while True:
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            break
+        except OSError as e:
+            if e.errno != errno.ENXIO:
+                raise
+            if time.monotonic() > deadline:
+                raise OSError(errno.ENXIO, f"nobody read the FIFO within {FIFO_WAIT_S:.0f} s") from None
+            time.sleep(0.05)
+    try:
+        os.set_blocking(fd, True)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _write_atomic(path: str, write) -> None:
+    """``write(temporary_path)`` into a file beside ``path``, renamed over
+    ``path`` once complete: a reader sees the old report or the new one,
+    never half of one, and a failed write leaves the old one."""
+    folder, name = os.path.split(os.path.abspath(path))
+    suffix = os.path.splitext(name)[1]   # matplotlib picks the format by it
+    fd, temporary = tempfile.mkstemp(prefix=f".{name}.", suffix=f".partial{suffix}", dir=folder)
+    try:
+        try:
+            mode = stat.S_IMODE(os.stat(path).st_mode)
+        except FileNotFoundError:
+            mode = 0o666 & ~_umask()
+        os.fchmod(fd, mode)
+        os.close(fd)
+        fd = -1
+        write(temporary)
+        with open(temporary, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        if fd >= 0:
+            os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+
+
+def write_report(flag: str, path: str, data: str | bytes | None = None, draw=None) -> None:
+    """Write a report file: ``data``, or what ``draw(path)`` writes. A
+    regular file is written atomically (:func:`_write_atomic`); a FIFO or a
+    character device (``/dev/stdout``, ``/dev/null``) is written in place.
+
+    Raises
+    ------
+    OutputError
+        For any OSError (a full disk, a reader gone, a folder removed
+        meanwhile), naming ``flag`` and ``path``.
+    """
+    payload = data.encode("utf-8") if isinstance(data, str) else data
+
+    def write(target: str) -> None:
+        if draw is not None:
+            draw(target)
+        else:
+            with open(target, "wb") as f:
+                f.write(payload)
+
+    try:
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            st = None
+        if st is not None and stat.S_ISFIFO(st.st_mode):
+            if draw is not None:   # drawn whole first: a chart library may seek
+                with tempfile.TemporaryDirectory() as folder:
+                    drawn = os.path.join(folder, "chart" + os.path.splitext(path)[1])
+                    draw(drawn)
+                    with open(drawn, "rb") as f:
+                        payload = f.read()
+            _write_fifo(path, payload)
+        elif st is not None and stat.S_ISCHR(st.st_mode):
+            write(path)
+        else:   # through a symbolic link to the file it names: the link stays
+            _write_atomic(os.path.realpath(path), write)
+    except OSError as e:
+        raise OutputError(f"{flag} {path}: {e.strerror or e} (nothing was written there)") from None
 
 
 class Progress:

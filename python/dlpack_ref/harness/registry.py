@@ -127,7 +127,10 @@ def subject(spec: str) -> Subject:
                     absent[side] = f"no {side}: {module_name}.{HOOK}() gave None for it"
         else:
             producer, consumer, absent = generic_subject(module_name, attr or None)
-    return Subject(spec, version_of(spec), producer, consumer, spec, cuda, absent, adapter)
+    # A hook names its library (Producer.name, else Consumer.name): reports
+    # show that name, beside the spec that checks it again.
+    named = [side.name for side in (producer, consumer) if adapter == "hook" and side is not None and side.name]
+    return Subject(named[0] if named else spec, version_of(spec), producer, consumer, spec, cuda, absent, adapter)
 
 
 def module_of(spec: str) -> str:
@@ -149,7 +152,7 @@ def describe(task: dict, subjects) -> dict:
         s = subjects.of(task["spec"])
     except BaseException as e:
         return {"error": f"its adapter failed: {exc_name(e)}: {short(e)}"}
-    return {"version": s.version, "producer": s.producer is not None, "consumer": s.consumer is not None,
+    return {"name": s.name, "version": s.version, "producer": s.producer is not None, "consumer": s.consumer is not None,
             "cuda": s.cuda is not None, "absent": s.absent, "adapter": s.adapter}
 
 

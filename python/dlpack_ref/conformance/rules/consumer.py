@@ -250,7 +250,10 @@ def refuses_second_import(out, problems, want):
     if second.get("outcome") == "ok":
         problems.append("the same capsule was imported twice")
         return None, []
-    return None, [f"second import refused with {second['exc'][0] if 'exc' in second else None}"]
+    if "exc" in second:
+        return None, [f"second import refused with {second['exc'][0]}"]
+    return None, ["no second import: the producer kept no capsule to hand over again"
+                  if second.get("outcome") == "none" else f"second import: {second.get('outcome')}"]
 
 
 def keeps_read_only(out, problems, want):
@@ -275,9 +278,16 @@ def accepts_or_refuses(out, problems, want):
     return None, ["accepted"]
 
 
+def device_text(device) -> str:
+    """A device read back from an export (``[1, 0]``) in the header's words."""
+    if not isinstance(device, (list, tuple)) or len(device) != 2:
+        return "an unknown device"
+    return f"device_type {device[0]}, device_id {device[1]}"
+
+
 def refuses(out, problems, want):
     if not refused(out):
-        problems.append(f"accepted (result {out.get('type')} on {out.get('device')})")
+        problems.append(f"accepted (result {out.get('type')} on {device_text(out.get('device'))})")
         return None, []
     return None, [f"refused with {out['exc'][0]}"]
 
@@ -305,7 +315,7 @@ def refuses_copy(out, problems, want):
 
 def refuses_device(out, problems, want):
     if not refused(out) and out.get("device") and out["device"][0] != 1:
-        return None, [f"kept as a device array on {tuple(out['device'])}, not read"]
+        return None, [f"kept as a device array on {device_text(out['device'])}, not read"]
     return refuses_with_buffererror(out, problems, want)
 
 
