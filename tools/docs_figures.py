@@ -42,7 +42,8 @@ from pathlib import Path
 
 # The figures' modules (tools/figures/), whether this file runs as a script or
 # is loaded by a test from its path.
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+if str(Path(__file__).resolve().parent) not in sys.path:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from figures import checkout, lint  # noqa: E402
 from figures.checkout import FILES, pages, source, use_root  # noqa: E402, F401
