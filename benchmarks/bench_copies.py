@@ -6,7 +6,8 @@ in one process, the compared calls interleaved (dlpack_ref.bench.timing).
 Prints every case with its best reference (NumPy, PyTorch at its default
 threads, ml_dtypes; ``from_dlpack(ndarray, copy=True)`` beside NumPy's
 ``x.copy()`` and PyTorch's ``t.clone()``), the measured ratio and its target (copies and
-conversions of NumPy data: 1.0 from 1 MiB on, 1.1 below), the same case
+conversions of NumPy data: 1.0 from 1 MiB on, 1.1 below; ``from_dlpack(x, copy=True)``
+against ``numpy.from_dlpack(x, copy=True)`` and ``x.copy()``: own_copy_cases), the same case
 with dlpack_ref on one thread against NumPy beside it, the peak memory of conversions (VmHWM of
 this process, reset before each), and saves benchmarks/results/copies.json
 (with the command, the machine, the load average at the start and the end,
@@ -72,6 +73,7 @@ def copy_cases(big: bool) -> list:
         cases.append(("contiguous copy", f"from_dlpack(ndarray, copy=True) {label}",
                       lambda n=n: dr.from_dlpack(n, copy=True),
                       with_torch({"numpy": n.copy}, lambda t=t: t.clone()), size_target(size)))
+        cases += own_copy_cases(size, n)
     n2 = np.ones((2048, 2048), np.float32)
     a2 = dr.from_dlpack(n2)
     t2 = torch.from_numpy(n2) if torch is not None else None
@@ -88,6 +90,26 @@ def copy_cases(big: bool) -> list:
             refs["torch"] = tref
         cases.append(("strided copy", name, ours, refs, size_target(n2.nbytes)))
     return cases
+
+
+def own_copy_cases(size: int, n) -> list:
+    """from_dlpack(x, copy=True) of host memory at the cost of x's own copy:
+    at 1 KiB, x a NumPy array or a dlpack_ref Array (its own memory), within
+    1.1x of NumPy's from_dlpack(x, copy=True) and 1.5x of x.copy(); at 64 MiB,
+    from a NumPy array within 1.05x of the same copy from an Array."""
+    own = dr.from_dlpack(n).copy()
+    if size == KIB:
+        return [("contiguous copy", f"from_dlpack({kind}, copy=True) 1 KiB vs {ref_name}",
+                 lambda x=x: dr.from_dlpack(x, copy=True), {ref_key: ref}, limit)
+                for kind, x in (("ndarray", n), ("Array", own))
+                for ref_name, ref_key, ref, limit in (
+                    ("numpy.from_dlpack", "numpy", lambda x=x: np.from_dlpack(x, copy=True), 1.1),
+                    (f"{kind}.copy()", "numpy" if kind == "ndarray" else "Array.copy()", x.copy, 1.5))]
+    if size == 64 * MIB:
+        return [("contiguous copy", "from_dlpack(ndarray, copy=True) 64 MiB vs from an Array",
+                 lambda: dr.from_dlpack(n, copy=True), {"from_dlpack(Array)": lambda: dr.from_dlpack(own, copy=True)},
+                 1.05)]
+    return []
 
 
 def conversion_cases() -> list:

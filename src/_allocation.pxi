@@ -10,7 +10,7 @@ cdef extern from *:
        it holds one count and each export of it another, so an export's
        deleter only gives its count back and the last one frees the block,
        on any thread, with no Python. */
-    typedef char dlref_head_fits[sizeof(dlpack_ref_counted) + sizeof(void*) <= DLREF_HEAD ? 1 : -1];
+    typedef char dlref_head_fits[sizeof(dlpack_ref_counted) <= DLREF_HEAD_OWNER ? 1 : -1];
 
     static void dlref_host_release(dlpack_ref_counted* c) { dlref_aligned_free((char*)c + DLREF_HEAD); }
 

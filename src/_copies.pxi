@@ -68,6 +68,11 @@ cdef int _host_copy(Array dst, Array src, bint fresh) except -1:
     cdef int i
     if _size_of(src) == 0:
         return 0
+    if fresh and _size_of(src) < _NOGIL_ELEMENTS and _is_c_contiguous(src):
+        # A small dense copy into a new (C-contiguous) Array: one memcpy, no
+        # strides to coalesce and walk.
+        memcpy(dst._data, src._data, <size_t>_nbytes_of(src))
+        return 0
     if bits < 8:
         if not (_is_c_contiguous(src) and _is_c_contiguous(dst)):
             raise BufferError(f"strided copies of packed sub-byte {src.dtype} data are not supported")

@@ -221,6 +221,11 @@ cdef Array _from_dlpack(object x, object device, object copy):
                 and (<Array>x)._device.device_type == kDLCPU:
             # One of ours, on the host, asked for on the host: nothing to move.
             return _alias(<Array>x)
+    if copy is True and type(x) is Array and (<Array>x)._device.device_type == kDLCPU \
+            and (<Array>x)._work is None and (not have_target or target.device_type == kDLCPU):
+        # One of ours in host memory with no copy pending into it, copied
+        # on the host: its own copy (Array.copy), with no export to itself.
+        return _copy_to(<Array>x, (<Array>x)._device, None)
     if PyCapsule_CheckExact(x):
         a = _array_from_capsule(x)
         return _finish_import(a, x, target if have_target else a._device, copy, False)

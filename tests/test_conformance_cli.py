@@ -20,7 +20,8 @@ import dlpack_ref as dr
 from dlpack_ref.conformance import report
 from dlpack_ref.conformance.rules import entries
 from dlpack_ref.harness.output import EXIT_FAILED, EXIT_MISSING, EXIT_USAGE
-from support import command, hostile_libraries
+from support import command
+from support.hostile_libraries import hostile  # noqa: F401 (a fixture of this module's tests)
 
 pytestmark = pytest.mark.harness
 
@@ -29,15 +30,6 @@ pytestmark = pytest.mark.harness
 BROKEN = "support.broken_consumer:from_dlpack"
 BROKEN_RULES = ["consumer.copy_true", "consumer.shape_null"]
 CRASHING = "support.broken_consumer:crashing_from_dlpack"
-
-
-@pytest.fixture(scope="module")
-def hostile(tmp_path_factory):
-    """The hostile libraries' folder, on PYTHONPATH with tests/ while the module's tests run."""
-    folder = tmp_path_factory.mktemp("hostile")
-    hostile_libraries.write(folder)
-    with command.support_importable(str(folder)):
-        yield folder
 
 
 @pytest.fixture(scope="module", autouse=True)

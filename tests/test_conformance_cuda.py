@@ -3,7 +3,8 @@ simulated driver in CI, on the GPU where there is one), each rule fails for
 a producer broken the way it describes, and a library that cannot make what
 a rule needs, or a process without a CUDA device, gets "not supported".
 
-The broken producers wrap dlpack-ref arrays and break one promise each:
+The broken producers (tests/support/breaking_cuda.py, combined here to
+break several rules at once) wrap dlpack-ref arrays and break one promise each:
 a wait dropped, a synchronization added, stream 0 accepted, copy=True
 aliasing, a flag cleared, a host copy on a stream of their own, managed or
 pinned memory reported as something else.
@@ -17,13 +18,14 @@ import sys
 
 import pytest
 
-import dlpack_ref as dr
 from dlpack_ref.conformance import CudaProducer, Status, subject_of
 from dlpack_ref.conformance.rules import entries, tasks_for
 from dlpack_ref.conformance.run import run, run_here
 from dlpack_ref.harness.registry import subject as library
-from dlpack_ref.testing import FLAG_IS_COPIED, DLManagedTensorVersioned, read_capsule
+from dlpack_ref.testing import FLAG_IS_COPIED
+from support import breaking_cuda as K
 from support import cudasim, cudatest
+from support.breaking_producers import Wrapped, set_flag
 
 pytestmark = [*cudatest.marks(), pytest.mark.harness]
 
@@ -66,119 +68,25 @@ def _sim_env() -> dict:
     return env
 
 
-class _Wrapped:
-    """A producer around a dlpack-ref array; subclasses break one rule."""
-
-    def __init__(self, a):
-        self._a = a
-
-    def __dlpack_device__(self):
-        return self._a.__dlpack_device__()
-
-    def __dlpack__(self, **kwargs):
-        return self._a.__dlpack__(**kwargs)
+# Producers that break several rules at once (one rule each: support.breakers,
+# proven by tests/test_rules_proven.py), made of the same pieces.
+NoStreamWait = K.dropping_wait("NoStreamWait", "any consumer stream",
+                               lambda s: s is None or hasattr(s, "__cuda_stream__") or (K.is_int(s) and s > 0))
+HostCopyOnItsOwnStream = K.host_copy_on_own_stream("HostCopyOnItsOwnStream", "any stream", lambda s: True)
 
 
-def _broken(wrapper: type) -> CudaProducer:
-    own = _own()
-    return CudaProducer(wrapper.__name__, lambda kind, values: wrapper(own.factory(kind, values)),
-                        lambda kind, values, stream: wrapper(own.write(kind, values, stream)))
-
-
-def _plain_export(kwargs) -> bool:
-    return not kwargs.get("copy") and kwargs.get("dl_device") is None
-
-
-class NoStreamWait(_Wrapped):
-    """Exports in place without ordering the consumer's stream (any valid stream becomes -1)."""
-
-    def __dlpack__(self, stream=None, **kwargs):
-        valid = stream is None or hasattr(stream, "__cuda_stream__") or (type(stream) is int and stream > 0)
-        if valid and _plain_export(kwargs):
-            stream = -1
-        return self._a.__dlpack__(stream=stream, **kwargs)
-
-
-class SyncsOnMinusOne(_Wrapped):
-    """Waits on the host for the pending work although -1 asks for no synchronization."""
-
-    def __dlpack__(self, stream=None, **kwargs):
-        if stream == -1:
-            self._a.to_device("cpu")           # the host waits for the pending write
-        return self._a.__dlpack__(stream=stream, **kwargs)
-
-
-class AcceptsStreamZero(_Wrapped):
-    """Takes the ambiguous stream 0 as the legacy default stream."""
-
-    def __dlpack__(self, stream=None, **kwargs):
-        return self._a.__dlpack__(stream=1 if stream == 0 else stream, **kwargs)
-
-
-class AliasingCopy(_Wrapped):
+class AliasingCopy(Wrapped):
     """copy=True exports the array in place."""
 
     def __dlpack__(self, copy=None, **kwargs):
         return self._a.__dlpack__(**kwargs)
 
 
-class NoCopiedFlag(_Wrapped):
+class NoCopiedFlag(Wrapped):
     """Copies, but clears DLPACK_FLAG_BITMASK_IS_COPIED."""
 
     def __dlpack__(self, **kwargs):
-        cap = self._a.__dlpack__(**kwargs)
-        info = read_capsule(cap)
-        if info["versioned"]:
-            DLManagedTensorVersioned.from_address(info["address"]).flags &= ~FLAG_IS_COPIED
-        return cap
-
-
-class HostCopyOnItsOwnStream(_Wrapped):
-    """Copies to the host on a stream of its own and never waits for it."""
-
-    streams: list = []
-
-    def __dlpack__(self, stream=None, dl_device=None, **kwargs):
-        if dl_device is not None and int(dl_device[0]) == 1:
-            stream = self._own_stream()
-        return self._a.__dlpack__(stream=stream, dl_device=dl_device, **kwargs)
-
-    @classmethod
-    def _own_stream(cls):
-        from cuda.bindings import driver
-        from dlpack_ref._cuda_driver import check, runtime
-        rt = runtime()
-        pushed = rt.enter(0)
-        try:
-            s = int(check(driver.cuStreamCreate(1), "cuStreamCreate"))
-        finally:
-            rt.leave(pushed)
-        cls.streams.append(s)
-        return s
-
-    @classmethod
-    def destroy_streams(cls):
-        from cuda.bindings import driver
-        while cls.streams:
-            s = cls.streams.pop()
-            driver.cuStreamSynchronize(s)
-            driver.cuStreamDestroy(s)
-
-
-class ManagedAsCuda(_Wrapped):
-    """Reports managed memory as plain CUDA memory."""
-
-    def __dlpack_device__(self):
-        t, i = self._a.__dlpack_device__()
-        return (dr.DeviceType.CUDA, i) if int(t) == 13 else (t, i)
-
-
-class PinnedAsCpu(_Wrapped):
-    """Reports page-locked memory as ordinary CPU memory."""
-
-    def __dlpack_device__(self):
-        t, i = self._a.__dlpack_device__()
-        return (dr.DeviceType.CPU, 0) if int(t) == 3 else (t, i)
+        return set_flag(self._a.__dlpack__(**kwargs), FLAG_IS_COPIED, False)
 
 
 def test_every_cuda_rule_is_cited_and_has_a_task_for_a_library_with_a_cuda_side():
@@ -235,34 +143,28 @@ def test_the_cli_runs_the_cuda_rules_alone_and_reports_them():
     assert "CUDA checks" in table and "cuda.copy_true_copies" in table and "cuda.managed_device" not in table
 
 
-@pytest.fixture
-def own_streams():
-    yield
-    HostCopyOnItsOwnStream.destroy_streams()
-
-
 BROKEN = [
     (NoStreamWait, {"cuda.stream_handle_waits", "cuda.stream_legacy_waits", "cuda.stream_per_thread_waits",
                     "cuda.stream_none_waits", "cuda.stream_object_waits"}),
-    (SyncsOnMinusOne, {"cuda.stream_no_sync"}),
-    (AcceptsStreamZero, {"cuda.stream_invalid_refused"}),
+    (K.SyncsOnMinusOne, {"cuda.stream_no_sync"}),
+    (K.AcceptsStreamZero, {"cuda.stream_invalid_refused"}),
     (AliasingCopy, {"cuda.copy_true_copies", "cuda.copy_true_flag"}),
     (NoCopiedFlag, {"cuda.copy_true_flag", "cuda.dl_device_cpu_flag"}),
     (HostCopyOnItsOwnStream, {"cuda.dl_device_cpu_readable", "cuda.dl_device_cpu_on_stream"}),
-    (ManagedAsCuda, {"cuda.managed_device"}),
-    (PinnedAsCpu, {"cuda.pinned_device"}),
+    (K.ManagedAsCuda, {"cuda.managed_device"}),
+    (K.PinnedAsCpu, {"cuda.pinned_device"}),
 ]
 
 
 @pytest.mark.parametrize("wrapper, broken", BROKEN, ids=[w.__name__ for w, _ in BROKEN])
-def test_a_broken_producer_fails_exactly_its_rules(wrapper, broken, own_streams):
-    results = check_cuda(_broken(wrapper))
+def test_a_broken_producer_fails_exactly_its_rules(wrapper, broken):
+    results = check_cuda(K.cuda_wrapping(wrapper))
     assert _errors(results) == []
     assert _failing(results) == broken, [r.line() for r in results if r.failed]
     assert all(r.status is Status.PASS for r in results if r.rule.id not in broken)
 
 
-class IntStreamsOnly(_Wrapped):
+class IntStreamsOnly(Wrapped):
     def __dlpack__(self, stream=None, **kwargs):
         if stream is not None and not isinstance(stream, int):
             raise TypeError("stream must be an int")
@@ -284,11 +186,11 @@ def test_what_a_library_cannot_do_is_not_supported_never_a_pass():
     assert "cannot tell it which stream" in results["cuda.stream_handle_waits"].detail
     assert results["cuda.managed_device"].exc_message == "no managed memory in this library"
     assert all(r.status is Status.PASS for k, r in results.items() if k not in unsupported)
-    ints = {r.rule.id: r for r in check_cuda(_broken(IntStreamsOnly), only=["cuda.stream_object_waits"])}
+    ints = {r.rule.id: r for r in check_cuda(K.cuda_wrapping(IntStreamsOnly), only=["cuda.stream_object_waits"])}
     assert ints["cuda.stream_object_waits"].status is Status.NOT_SUPPORTED
 
 
-class RefusesDeviceCopy(_Wrapped):
+class RefusesDeviceCopy(Wrapped):
     """Refuses copy=True between CUDA arrays (seed 000: CuPy 14.0.1)."""
 
     def __dlpack__(self, copy=None, dl_device=None, **kwargs):
@@ -298,7 +200,7 @@ class RefusesDeviceCopy(_Wrapped):
 
 
 def test_copy_true_refused_on_the_device_is_a_failure_not_unsupported():
-    results = {r.rule.id: r for r in check_cuda(_broken(RefusesDeviceCopy),
+    results = {r.rule.id: r for r in check_cuda(K.cuda_wrapping(RefusesDeviceCopy),
                                                 only=["cuda.copy_true_copies", "cuda.copy_true_flag"])}
     copies = results["cuda.copy_true_copies"]
     assert copies.status is Status.FAIL and copies.exc_type == "BufferError"

@@ -29,7 +29,8 @@ from dlpack_ref.conformance.rules import entries
 from dlpack_ref.harness.registry import KNOWN, installed, subject as library
 from dlpack_ref.harness.subject import keywords_taken
 from dlpack_ref.testing import DELETER_T, CapsuleFactory, ForeignProducer, read_capsule
-from support import command, hostile_libraries
+from support import command
+from support.hostile_libraries import hostile  # noqa: F401 (a fixture of this module's tests)
 
 pytestmark = pytest.mark.harness
 
@@ -374,14 +375,6 @@ def test_a_deleter_called_by_a_consumer_that_kept_the_name_is_counted_twice(vers
 
 
 # --- libraries not shaped like NumPy, judged as what they are ---------------------------------
-
-@pytest.fixture(scope="module")
-def hostile(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("hostile")
-    hostile_libraries.write(folder)
-    with command.support_importable(str(folder)):
-        yield folder
-
 
 def _checked(lib: str, *extra: str) -> tuple[int, dict, str]:
     """(exit status, rule id -> result dict, stdout) of ``check --library lib --format json``."""

@@ -594,11 +594,18 @@ def _hostile_producer(lib, inner, device=(KDLCPU, 0)):
     return hostile_table.publishing_type(hostile_table.table(lib), dunder, device), calls
 
 
+def _producer_with_table(lib, factory, inner, behaviour):
+    """_hostile_producer of ``inner`` whose table hands out a tensor of
+    ``factory`` and then behaves as ``behaviour`` (hostile_table's codes)."""
+    cls, calls = _hostile_producer(lib, inner)
+    lib.hostile_set(take_tensor(factory.make(shape=(2,))), behaviour, 0, 0, 0)
+    return cls, calls
+
+
 @pytest.mark.parametrize("failure", sorted(hostile_table.FAILURES))
 def test_a_failing_table_export_falls_back_and_frees_the_tensor_it_handed_out(hostile_lib, factory, failure):
     inner = dlpack_ref.asarray([1.0, 2.0, 3.0])
-    cls, calls = _hostile_producer(hostile_lib, inner)
-    hostile_lib.hostile_set(take_tensor(factory.make(shape=(2,))), hostile_table.FAILURES[failure], 0, 0, 0)
+    cls, calls = _producer_with_table(hostile_lib, factory, inner, hostile_table.FAILURES[failure])
     a = dlpack_ref.from_dlpack(cls())
     assert a.data_ptr == inner.data_ptr and a.tolist() == [1.0, 2.0, 3.0]
     assert calls == [{"max_version": (1, 3)}]
@@ -611,9 +618,8 @@ def test_an_unusable_device_answer_takes_the_plain_request_past_a_failing_table(
     # The table fails (its tensor freed once), __dlpack__ gives the plain
     # request's tensor, which is copied here as asked.
     inner = dlpack_ref.asarray([1.0, 2.0])
-    base, calls = _hostile_producer(hostile_lib, inner)
+    base, calls = _producer_with_table(hostile_lib, factory, inner, hostile_table.FAILURES[failure])
     cls = type("Unplaced", (base,), {"__dlpack_device__": lambda self: _raises_value_error()})
-    hostile_lib.hostile_set(take_tensor(factory.make(shape=(2,))), hostile_table.FAILURES[failure], 0, 0, 0)
     a = dlpack_ref.from_dlpack(cls(), copy=True)
     assert a.tolist() == [1.0, 2.0] and a.data_ptr != inner.data_ptr
     assert calls == [{"max_version": (1, 3)}]
@@ -626,8 +632,7 @@ def test_a_keyboardinterrupt_from_a_table_is_not_a_fallback_and_the_tensor_is_fr
     # exception that is no Exception (Ctrl-C reaching the table's code) is
     # the user's and propagates.
     inner = dlpack_ref.asarray([1.0])
-    cls, calls = _hostile_producer(hostile_lib, inner)
-    hostile_lib.hostile_set(take_tensor(factory.make(shape=(2,))), hostile_table.INTERRUPT_WITH_MINUS_ONE, 0, 0, 0)
+    cls, calls = _producer_with_table(hostile_lib, factory, inner, hostile_table.INTERRUPT_WITH_MINUS_ONE)
     with pytest.raises(KeyboardInterrupt):
         dlpack_ref.from_dlpack(cls())
     assert calls == []
@@ -637,8 +642,7 @@ def test_a_keyboardinterrupt_from_a_table_is_not_a_fallback_and_the_tensor_is_fr
 
 def test_a_working_hostile_table_is_used(hostile_lib, factory):
     inner = dlpack_ref.asarray([1.0])
-    cls, calls = _hostile_producer(hostile_lib, inner)
-    hostile_lib.hostile_set(take_tensor(factory.make(shape=(2,))), hostile_table.WORKS, 0, 0, 0)
+    cls, calls = _producer_with_table(hostile_lib, factory, inner, hostile_table.WORKS)
     a = dlpack_ref.from_dlpack(cls())
     assert a.data_ptr == factory.last_data and calls == []
     del a

@@ -329,19 +329,30 @@ def test_copied_export_holds_no_reference_to_the_source():
     assert sys.getrefcount(a) == start
 
 
-@pytest.mark.parametrize("max_version", [None, (1, 3)], ids=["legacy", "versioned"])
-def test_exported_array_lives_while_a_capsule_or_consumer_does(max_version):
-    a = _owned_by_python(4)
+def _exported_then_consumed(make, max_version):
+    """Export `make(4)` and drop it (made here, so that no caller's frame
+    holds it), then import the capsule and drop that: a weak reference to
+    the Array, whether it lived with only the capsule left, whether it lives
+    with only the consumer's array left, that array, and the Array's data
+    address."""
+    a = make(4)
     data = a.data_ptr
     alive = weakref.ref(a)
     cap = a.__dlpack__(max_version=max_version)
     del a
     gc.collect()
-    assert alive() is not None, "the capsule must keep the exported Array alive"
+    with_capsule = alive() is not None
     b = from_dlpack(cap)
     del cap
     gc.collect()
-    assert alive() is not None, "the consumer's array must keep the exported Array alive"
+    return alive, with_capsule, alive() is not None, b, data
+
+
+@pytest.mark.parametrize("max_version", [None, (1, 3)], ids=["legacy", "versioned"])
+def test_exported_array_lives_while_a_capsule_or_consumer_does(max_version):
+    alive, with_capsule, with_consumer, b, data = _exported_then_consumed(_owned_by_python, max_version)
+    assert with_capsule, "the capsule must keep the exported Array alive"
+    assert with_consumer, "the consumer's array must keep the exported Array alive"
     assert b.data_ptr == data
     assert b.tolist() == [0.0, 1.0, 2.0, 3.0]
     del b
@@ -353,16 +364,8 @@ def test_exported_array_lives_while_a_capsule_or_consumer_does(max_version):
 def test_exported_memory_allocated_here_lives_while_a_capsule_or_consumer_does(max_version):
     # The export holds the memory's count, not the Array: the Array goes at
     # once, the memory stays with the capsule, then with the consumer's array.
-    a = arange(4)
-    data = a.data_ptr
-    alive = weakref.ref(a)
-    cap = a.__dlpack__(max_version=max_version)
-    del a
-    gc.collect()
-    assert alive() is None, "the capsule kept the Array; it should hold the memory only"
-    b = from_dlpack(cap)
-    del cap
-    gc.collect()
+    _, with_capsule, _, b, data = _exported_then_consumed(arange, max_version)
+    assert not with_capsule, "the capsule kept the Array; it should hold the memory only"
     assert b.data_ptr == data and _holders(b) is None
     assert b.tolist() == [0.0, 1.0, 2.0, 3.0]
 

@@ -61,67 +61,45 @@ def workloads():
     out = []
     np = _numpy()
     if np is not None:
-        out.append((
-            "numpy->Array->numpy",
-            lambda: np.arange(64, dtype=np.float32).reshape(8, 8),
-            lambda src: np.from_dlpack(dlpack_ref.from_dlpack(src)),
-            lambda obj: obj.__array_interface__["data"][0],
-        ))
-        out.append((
-            "Array->numpy->Array",
-            lambda: dlpack_ref.zeros((8, 8), dtype="float32"),
-            lambda src: dlpack_ref.from_dlpack(np.from_dlpack(src)),
-            lambda obj: obj.data_ptr,
-        ))
-        # The buffer protocol both ways: asarray's checked buffer import, and
-        # the Array's own export read back by NumPy.
-        out.append((
-            "numpy->buffer->Array->buffer->numpy",
-            lambda: np.arange(64, dtype=np.float32).reshape(8, 8)[:, ::2],
-            lambda src: np.asarray(memoryview(dlpack_ref.asarray(memoryview(src)))),
-            lambda obj: obj.__array_interface__["data"][0],
-        ))
-    # Assignment from an overlapping view of itself: a temporary every time.
-    out.append((
-        "Array[...]=Array[::-1] (overlap)",
-        lambda: dlpack_ref.zeros((8, 8), dtype="float32"),
-        _assign_reversed,
-        lambda obj: obj.data_ptr,
-    ))
-    out.append((
-        "Array->capsule(versioned)->Array",
-        lambda: dlpack_ref.zeros((8, 8), dtype="float32"),
-        lambda src: dlpack_ref.from_dlpack(src.__dlpack__(max_version=VERSIONED)),
-        lambda obj: obj.data_ptr,
-    ))
-    out.append((
-        "Array->capsule(legacy)->Array",
-        lambda: dlpack_ref.zeros((8, 8), dtype="float32"),
-        lambda src: dlpack_ref.from_dlpack(src.__dlpack__()),
-        lambda obj: obj.data_ptr,
-    ))
-    out.append((
-        "Array->copy=True->Array",
-        lambda: dlpack_ref.zeros((8, 8), dtype="float32"),
-        lambda src: dlpack_ref.from_dlpack(src, copy=True),
+        def ndarray():
+            return np.arange(64, dtype=np.float32).reshape(8, 8)
+
+        def ndarray_address(obj):
+            return obj.__array_interface__["data"][0]
+        out += [
+            ("numpy->Array->numpy", ndarray, lambda src: np.from_dlpack(dlpack_ref.from_dlpack(src)),
+             ndarray_address),
+            ("Array->numpy->Array", _array, lambda src: dlpack_ref.from_dlpack(np.from_dlpack(src)), _address),
+            # The buffer protocol both ways: asarray's checked buffer import,
+            # and the Array's own export read back by NumPy.
+            ("numpy->buffer->Array->buffer->numpy", lambda: ndarray()[:, ::2],
+             lambda src: np.asarray(memoryview(dlpack_ref.asarray(memoryview(src)))), ndarray_address),
+        ]
+    out += [
+        # Assignment from an overlapping view of itself: a temporary every time.
+        ("Array[...]=Array[::-1] (overlap)", _array, _assign_reversed, _address),
+        ("Array->capsule(versioned)->Array", _array,
+         lambda src: dlpack_ref.from_dlpack(src.__dlpack__(max_version=VERSIONED)), _address),
+        ("Array->capsule(legacy)->Array", _array, lambda src: dlpack_ref.from_dlpack(src.__dlpack__()), _address),
         # A copy never shares memory: compare shapes instead of pointers.
-        lambda obj: obj.shape,
-    ))
+        ("Array->copy=True->Array", _array, lambda src: dlpack_ref.from_dlpack(src, copy=True), lambda obj: obj.shape),
+    ]
     torch = _torch()
     if torch is not None:
-        out.append((
-            "torch->Array->torch",
-            lambda: torch.arange(64, dtype=torch.float32).reshape(8, 8),
-            lambda src: torch.from_dlpack(dlpack_ref.from_dlpack(src)),
-            lambda obj: obj.data_ptr(),
-        ))
-        out.append((
-            "Array->torch->Array",
-            lambda: dlpack_ref.zeros((8, 8), dtype="float32"),
-            lambda src: dlpack_ref.from_dlpack(torch.from_dlpack(src)),
-            lambda obj: obj.data_ptr,
-        ))
+        out += [
+            ("torch->Array->torch", lambda: torch.arange(64, dtype=torch.float32).reshape(8, 8),
+             lambda src: torch.from_dlpack(dlpack_ref.from_dlpack(src)), lambda obj: obj.data_ptr()),
+            ("Array->torch->Array", _array, lambda src: dlpack_ref.from_dlpack(torch.from_dlpack(src)), _address),
+        ]
     return out
+
+
+def _array():
+    return dlpack_ref.zeros((8, 8), dtype="float32")
+
+
+def _address(a):
+    return a.data_ptr
 
 
 def _assign_reversed(a):

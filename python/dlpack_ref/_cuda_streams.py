@@ -81,28 +81,34 @@ class PendingWork:
             if not reuse:
                 _give_back(old)
 
-    def order_before(self, waiter: int, device_id: int) -> None:
-        """Make stream ``waiter`` (1 and 2: of ``device_id``) wait for the
-        pending write: ``cuStreamWaitEvent``, never a host wait; nothing
-        when the write is on that same legacy stream."""
+    def _with_pending(self, act, *args) -> None:
+        """``act(last, runtime, *args)`` under the lock, ``last`` the pending
+        write; nothing when none is pending (looked at first without the
+        lock: nothing pending, the common case, takes no lock)."""
         if self._last is None:
             return
         with self.lock:
             last = self._last
-            if last is None:
+            if last is not None:
+                act(last, runtime(), *args)
+
+    def order_before(self, waiter: int, device_id: int) -> None:
+        """Make stream ``waiter`` (1 and 2: of ``device_id``) wait for the
+        pending write: ``cuStreamWaitEvent``, never a host wait; nothing
+        when the write is on that same legacy stream."""
+        self._with_pending(self._order_before, waiter, device_id)
+
+    def _order_before(self, last, rt, waiter: int, device_id: int) -> None:
+        if last[0] is None:
+            if waiter == LEGACY_STREAM and last[1] == device_id:
                 return
-            rt = runtime()
-            if last[0] is None:
-                if waiter == LEGACY_STREAM and last[1] == device_id:
-                    return
-                self.record_legacy_event()
-            d = rt.driver
-            dev = rt.stream_device(waiter, device_id)
-            pushed = rt.enter(dev)
-            try:
-                check(d.cuStreamWaitEvent(waiter, self._last[0], 0), "cuStreamWaitEvent")
-            finally:
-                rt.leave(pushed)
+            self.record_legacy_event()
+        dev = rt.stream_device(waiter, device_id)
+        pushed = rt.enter(dev)
+        try:
+            check(rt.driver.cuStreamWaitEvent(waiter, self._last[0], 0), "cuStreamWaitEvent")
+        finally:
+            rt.leave(pushed)
 
     def record_legacy_event(self) -> None:
         """Turn a write on a legacy stream into an event recorded there now
@@ -117,25 +123,21 @@ class PendingWork:
     def wait_on_host(self) -> None:
         """Block the host until the pending write is done (an event or a
         legacy-stream sync, never a device sync); nothing pending after."""
-        if self._last is None:
-            return
-        with self.lock:
-            last = self._last
-            if last is None:
-                return
-            rt = runtime()
-            ev, dev = last
-            if ev is None:
-                rt.synchronize(LEGACY_STREAM, dev)
-                self._last = None
-                return
-            pushed = rt.enter(dev)
-            try:
-                check(rt.driver.cuEventSynchronize(ev), "cuEventSynchronize")
-            finally:
-                rt.leave(pushed)
+        self._with_pending(self._wait_on_host)
+
+    def _wait_on_host(self, last, rt) -> None:
+        ev, dev = last
+        if ev is None:
+            rt.synchronize(LEGACY_STREAM, dev)
             self._last = None
-            _give_back(last)
+            return
+        pushed = rt.enter(dev)
+        try:
+            check(rt.driver.cuEventSynchronize(ev), "cuEventSynchronize")
+        finally:
+            rt.leave(pushed)
+        self._last = None
+        _give_back(last)
 
     def record_use(self, handle: int, device_id: int) -> None:
         """A copy enqueued here on stream ``handle`` reads the memory: the

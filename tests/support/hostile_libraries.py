@@ -4,9 +4,14 @@ one that exits at import, one that prints (with print and at the
 file-descriptor level), one that replaces numpy.from_dlpack, one with
 nothing to check, one whose hook returns None, two whose names need
 quoting (one holds a newline and a statement). Each is a few lines of the source below; :func:`write` puts them
-in a folder."""
+in a folder, and the fixture :func:`hostile` (imported by a test module)
+puts that folder on PYTHONPATH for the module's tests."""
 
 import textwrap
+
+import pytest
+
+from . import command
 
 # a from_dlpack that breaks consumer.copy_true: a failure to reproduce
 DROPS_COPY = '''
@@ -197,3 +202,12 @@ def write(folder) -> None:
     """Every library of :data:`SOURCES` as a module file in ``folder``."""
     for name, source in SOURCES.items():
         (folder / f"{name}.py").write_text(textwrap.dedent(source))
+
+
+@pytest.fixture(scope="module")
+def hostile(tmp_path_factory):
+    """The hostile libraries' folder, on PYTHONPATH with tests/ while the module's tests run."""
+    folder = tmp_path_factory.mktemp("hostile")
+    write(folder)
+    with command.support_importable(str(folder)):
+        yield folder

@@ -1,0 +1,80 @@
+"""The checkout whose pages and result files are read (this one, or a
+test's folder), and a result file as a Source: its path, its data and the
+command that remakes it."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = ROOT / "docs"
+RESULTS = "benchmarks/results"
+
+
+# The files a block may cite, each with the command that remakes it (run from
+# the repository's root) and what that command needs.
+FILES = {
+    f"{RESULTS}/exchange.json": (
+        (f"dlpack-ref bench --instructions --format markdown --json {RESULTS}/exchange.json "
+         f"--plot {RESULTS}/exchange.png"),
+        ("the libraries to compare installed; valgrind and an interpreter with its symbols for the counts; "
+         "matplotlib for the chart")),
+    f"{RESULTS}/copies.json": ("python benchmarks/bench_copies.py", "NumPy, PyTorch, ml_dtypes; matplotlib for the chart"),
+    f"{RESULTS}/pool_threshold.json": ("python benchmarks/pool_threshold.py", "NumPy; 2 cores or more"),
+    f"{RESULTS}/callgrind_adopter.json": ("python benchmarks/callgrind_adopter.py",
+                                          "valgrind, a C and C++ compiler, Cython, pybind11, nanobind, CMake, NumPy"),
+    f"{RESULTS}/ecosystem_1.json": (f"python -m dlpack_ref check --format json > {RESULTS}/ecosystem_1.json",
+                                    "NumPy, PyTorch, JAX, array-api-strict, tvm-ffi, cuda.core, pyarrow"),
+    f"{RESULTS}/ecosystem_2.json": (
+        ("python -m dlpack_ref check --library dlpack_ref --library numpy --library mlx --library paddle "
+         "--library tensorflow --library onnxruntime --library mpi4py --library numkong --library mlc "
+         f"--library open3d --format json > {RESULTS}/ecosystem_2.json"),
+        "MLX, PaddlePaddle, TensorFlow, ONNX Runtime, mpi4py, numkong, mlc, open3d (a second environment)"),
+}
+
+
+class NoData(Exception):
+    """A block's file lacks what the block shows (the message says what)."""
+
+
+@dataclasses.dataclass
+class Source:
+    path: str
+    data: dict | None
+
+    @property
+    def command(self) -> str:
+        return FILES[self.path][0]
+
+    def need(self) -> dict:
+        if self.data is None:
+            raise NoData(f"`{self.path}` is not committed")
+        return self.data
+
+
+def kind(path: str) -> str:
+    stem = Path(path).stem
+    return "ecosystem" if stem.startswith("ecosystem") else stem
+
+
+_cache: dict[str, Source] = {}
+
+
+def use_root(root: Path) -> None:
+    """Read the pages and the result files of another checkout (the tests' folders)."""
+    global ROOT, DOCS
+    ROOT, DOCS = Path(root).resolve(), Path(root).resolve() / "docs"
+    _cache.clear()
+
+
+def source(path: str) -> Source:
+    if path not in _cache:
+        f = ROOT / path
+        _cache[path] = Source(path, json.loads(f.read_text(encoding="utf-8")) if f.exists() else None)
+    return _cache[path]
+
+
+def pages() -> list[Path]:
+    return sorted(DOCS.glob("*.md"))
