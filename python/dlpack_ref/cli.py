@@ -334,7 +334,21 @@ def _bench(args, progress: Progress, out) -> int:
     if args.plot:
         chart.heatmap(doc, args.plot)
         progress.say(f"chart: {args.plot}")
-    return EXIT_OK
+    untimed = [lib for lib in selection.asked if lib not in _timed(doc)]
+    for lib in untimed:
+        progress.say(f"{lib}: none of its calls could be timed (the report says why)")
+    return EXIT_MISSING if untimed else EXIT_OK
+
+
+def _timed(doc: dict) -> set[str]:
+    """The libraries of a bench report with at least one call timed."""
+    timed = {name for pair in doc["pairs"] if pair["status"] == "measured"
+             for name in (pair["producer"], pair["consumer"])}
+    timed |= {row["library"] for row in doc["producers"] for key in ("dlpack", "dlpack_device", "import_by_dlpack")
+              if (row.get(key) or {}).get("status") == "measured"}
+    timed |= {row["library"] for kind in ("libraries", "from_numpy") for row in doc["copies"][kind]
+              if row["status"] == "measured"}
+    return timed
 
 
 def main(argv=None, prog: str | None = None) -> int:
