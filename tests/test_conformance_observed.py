@@ -227,6 +227,8 @@ def test_a_probe_that_raises_is_an_answer_not_an_error(modules):
     assert results["consumer.max_version_passed"]["status"] == "not supported"
     assert "before it called __dlpack__" in results["consumer.max_version_passed"]["detail"]
     assert rc == 0, err[-2000:]
+    # why it has no producer is kept beside the consumer's results
+    assert lib["note"].startswith("no producer: needs_init.from_dlpack of NumPy arrays was tried, and RuntimeError")
 
 
 def test_bench_exits_3_when_a_named_library_has_nothing_timed(modules):
@@ -263,7 +265,8 @@ def _run_of_every_kind() -> Run:
              ("lib", "third"): {"crashed": "killed by SIGSEGV"},
              ("other", "third"): {"crashed": "hung: no answer in 60 s"},
              ("third", "third"): {"worker_error": "the worker failed"}}
-    libraries = {name: LibraryRun(name, "1", results if name == "lib" else [], adapter="") for name in ("lib", "other", "third")}
+    libraries = {name: LibraryRun(name, "1", results if name == "lib" else [], adapter="")
+                 for name in ("lib", "other", "third")}
     return Run(libraries, [], {}, cells, AllowList(), None, [], [], 1)
 
 

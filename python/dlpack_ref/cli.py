@@ -222,7 +222,9 @@ def _check(args, progress: Progress, out, prog: str) -> int:
             unavailable[spec] = checked.error
             continue
         d, sides[spec] = checked.description, checked.sides
-        libraries[spec] = report.LibraryRun(spec, d["version"], checked.results, "", d["adapter"])
+        # a missing side says why (what was looked for), also where the other side is checked
+        libraries[spec] = report.LibraryRun(spec, d["version"], checked.results, "; ".join(d["absent"].values()),
+                                            d["adapter"])
     matrix = {}
     if not args.no_matrix and libraries:
         producers = [s for s in libraries if sides[s]["producer"]]

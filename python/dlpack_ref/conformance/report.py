@@ -26,13 +26,12 @@ _LINE_LIMIT = 200
 #: Every word of a check grid, and what it means (the grids' legend).
 CHECK_LEGEND = {
     "ok": "pass",
-    "FAIL": "the rule is broken (a line under Failures says how)",
-    "CRASH (SIG)": "the library killed the process with signal SIG (a line under Failures)",
-    "n/s": "not supported: the library lacks what the rule needs, or the checker cannot see it (a line under "
-           "Not supported says why)",
-    "ERR": "the check could not run (a line under Failures)",
+    "FAIL": "broken (see Failures)",
+    "CRASH (SIG)": "the library killed the process with signal SIG",
+    "ERR": "the check could not run",
+    "n/s": "not supported (see Not supported)",
     "(allowed)": "a failure the allowances accept",
-    "-": "the rule was not run for this library",
+    "-": "not run",
 }
 
 

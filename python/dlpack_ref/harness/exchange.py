@@ -88,16 +88,16 @@ def cell_text(cell: dict) -> str:
 
 #: Every word :func:`cell_text` gives, and what it means (a report's legend).
 CELL_LEGEND = {
-    "zero-copy": "imported in place (same data pointer)",
-    "copy": "imported as a copy (another data pointer), right values",
-    "ok (?)": "imported, right values; whether in place cannot be told (the result's pointer cannot be read)",
-    "WRONG VALUES": "imported with other values than the producer's",
+    "zero-copy": "in place (same pointer)",
+    "copy": "a copy, right values",
+    "ok (?)": "right values, pointer unreadable",
+    "WRONG VALUES": "values differ from the producer's",
     "refused (X)": "from_dlpack raised X",
-    "n/a": "no exchange: one side is missing (not a producer, or no from_dlpack)",
-    "n/s": "not supported: the producer cannot make the array the exchange needs",
-    "CRASH (SIG)": "the exchange killed the process (with signal SIG)",
-    "HANG": "the exchange did not end in time",
-    "error": "the checker could not run the exchange",
+    "n/a": "a side is missing",
+    "n/s": "the producer cannot make the array",
+    "CRASH (SIG)": "killed by signal SIG",
+    "HANG": "did not end in time",
+    "error": "the checker could not run it",
 }
 
 

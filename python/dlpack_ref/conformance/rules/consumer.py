@@ -701,7 +701,8 @@ def used_name(c):
 @rule("header", "DLPackVersion: 'the consumer must call the deleter'")
 def major_version_2(c):
     """version.major 2 is refused and the deleter called"""
-    return judged(c, lambda f: import_made(c, f, shape=(3,), dtype=F64, version=(2, 0), versioned=True), refuses, needs_versioned=True)
+    return judged(c, lambda f: import_made(c, f, shape=(3,), dtype=F64, version=(2, 0), versioned=True), refuses,
+                  needs_versioned=True)
 
 
 @rule("header", "DLTensor.ndim")
@@ -737,13 +738,15 @@ def extent_overflow(c):
 @rule("array-api", "from_dlpack, Raises: BufferError (incompatible dtype)")
 def dtype_unknown_code(c):
     """an unknown dtype code (99) is refused with BufferError"""
-    return judged(c, lambda f: import_made(c, f, shape=(3,), dtype=(99, 32, 1)), refuses_with_buffererror, about_dtype=True)
+    return judged(c, lambda f: import_made(c, f, shape=(3,), dtype=(99, 32, 1)), refuses_with_buffererror,
+                  about_dtype=True)
 
 
 @rule("array-api", "from_dlpack, Raises: BufferError (incompatible dtype)")
 def dtype_bad_bits(c):
     """float with 24 bits is refused with BufferError"""
-    return judged(c, lambda f: import_made(c, f, shape=(3,), dtype=(2, 24, 1)), refuses_with_buffererror, about_dtype=True)
+    return judged(c, lambda f: import_made(c, f, shape=(3,), dtype=(2, 24, 1)), refuses_with_buffererror,
+                  about_dtype=True)
 
 
 def with_element_type(c, out: dict) -> dict:
@@ -766,18 +769,20 @@ def refuses_or_keeps_lanes(out, problems, want):
 @rule("array-api", "from_dlpack, Raises: BufferError (incompatible dtype)")
 def dtype_lanes(c):
     """float32 with lanes=4 is refused with BufferError (or read as a vector type)"""
-    return judged(c, lambda f: with_element_type(c, import_made(c, f, shape=(3,), dtype=(2, 32, 4))), refuses_or_keeps_lanes,
-                  about_dtype=True)
+    return judged(c, lambda f: with_element_type(c, import_made(c, f, shape=(3,), dtype=(2, 32, 4))),
+                  refuses_or_keeps_lanes, about_dtype=True)
 
 
 @rule("array-api", "from_dlpack, Raises: BufferError (incompatible device)")
 def device_opencl(c):
     """an OpenCL tensor (bogus pointer) is refused with BufferError, never read"""
-    return judged(c, lambda f: import_made(c, f, shape=(3,), dtype=F64, device=(4, 0), data=BOGUS_DEVICE_POINTER), refuses_device)
+    return judged(c, lambda f: import_made(c, f, shape=(3,), dtype=F64, device=(4, 0), data=BOGUS_DEVICE_POINTER),
+                  refuses_device)
 
 
 @rule("array-api", "from_dlpack, Raises: BufferError (incompatible device)")
 def device_cuda_unreachable(c):
     """a CUDA tensor (bogus pointer) the consumer cannot reach is refused with BufferError (or kept as a device array),
     never read"""
-    return judged(c, lambda f: import_made(c, f, shape=(3,), dtype=F64, device=(2, 0), data=BOGUS_DEVICE_POINTER), refuses_device)
+    return judged(c, lambda f: import_made(c, f, shape=(3,), dtype=F64, device=(2, 0), data=BOGUS_DEVICE_POINTER),
+                  refuses_device)
