@@ -144,20 +144,23 @@ def _cpu_reaches(first: int, last: int) -> bool:
     pipe, and answers EFAULT for an address that is not mapped readable."""
     if first <= 0 or last < first:
         return False
-    import os
     libc = ctypes.CDLL(None, use_errno=True)
-    libc.write.argtypes, libc.write.restype = [ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t], ctypes.c_ssize_t
-    read_end, write_end = os.pipe()
+    for call in (libc.write, libc.read):
+        call.argtypes, call.restype = [ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t], ctypes.c_ssize_t
+    ends = (ctypes.c_int * 2)()
+    if libc.pipe(ends) != 0:
+        return False
+    sink = ctypes.create_string_buffer(_PAGE)
     try:
         for start in range(first, last + 1, _PAGE):
             n = min(_PAGE, last + 1 - start)
-            if libc.write(write_end, start, n) != n:
+            if libc.write(ends[1], start, n) != n:
                 return False
-            os.read(read_end, n)
+            libc.read(ends[0], ctypes.addressof(sink), n)
         return True
     finally:
-        os.close(read_end)
-        os.close(write_end)
+        libc.close(ends[0])
+        libc.close(ends[1])
 
 
 def _bfloat16(bits: int) -> float:
