@@ -136,6 +136,7 @@ def import_asked(c, f, call: dict | None = None, read_values=True, **producer) -
     p = WatchedProducer(f, **producer)
     out = looked(attempt(c, p, read_values=read_values, **call), p, producer.get("device", (1, 0)))
     out["call_kwargs"] = {k: v for k, v in call.items() if k == "copy"}
+    out["keywords_given"] = bool(call)
     out["source_ptr"] = f.last_data
     return out
 
@@ -333,8 +334,11 @@ def unlooked(c, out) -> str | None:
     """Why a refusal says nothing of the case: the consumer raised before it
     asked the producer for the capsule (nor, in a case about a device, for
     the device), which the producer counts; None when it looked. A
-    ``from_dlpack`` that takes the capsule itself is handed it, and looked."""
+    ``from_dlpack`` that takes the capsule itself is handed it, and looked;
+    one handed a keyword (``copy=False``) may answer the keyword alone."""
     if not refused(out) or out.get("calls") or out.get("device_asked") or "calls" not in out:
+        return None
+    if out.get("call_kwargs") or out.get("keywords_given"):
         return None
     if c.capsule_request is not None:
         return None
