@@ -227,8 +227,8 @@ def test_pyarrow_adapter_exports_1d_arrays_and_reports_its_refusals():
     unexportable = results["producer.buffererror_for_unexportable"]
     assert unexportable.status is Status.FAIL
     assert "with nulls: __dlpack__ raised pyarrow.lib.ArrowTypeError" in unexportable.detail
-    # 1-D only: the (2, 3) arrays of most rules cannot be made, which is "not supported", not a failure
-    assert results["producer.copy_true_copies"].status is Status.NOT_SUPPORTED
+    # 1-D only: a rule whose point holds in 1-D asks it for a 1-D array (before: "not supported")
+    assert results["producer.copy_true_copies"].status is Status.PASS, results["producer.copy_true_copies"].line()
     assert "consumer.zero_copy_import" not in results  # pyarrow has no from_dlpack
 
 

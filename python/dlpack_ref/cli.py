@@ -354,7 +354,9 @@ def _check(args, progress: Progress, out, prog: str) -> int:
                 r.subject = name
             if name != spec:
                 allow = allow.aliased(name, spec)
-            libraries[spec] = report.LibraryRun(name, d["version"], checked.results, "", d["adapter"])
+            # a missing side says why (what was looked for), also where the other side is checked
+            libraries[spec] = report.LibraryRun(name, d["version"], checked.results,
+                                                "; ".join(d["absent"].values()), d["adapter"])
         matrix = {}
         if not args.no_matrix and libraries:
             producers = [s for s in libraries if sides[s]["producer"]]
@@ -488,7 +490,21 @@ def _bench(args, progress: Progress, out) -> int:
     if args.plot:
         write_report("--plot", args.plot, draw=lambda path: chart.heatmap(doc, path))
         progress.say(f"chart: {args.plot}")
-    return EXIT_OK
+    untimed = [lib for lib in selection.asked if lib not in _timed(doc)]
+    for lib in untimed:
+        progress.say(f"{lib}: none of its calls could be timed (the report says why)")
+    return EXIT_MISSING if untimed else EXIT_OK
+
+
+def _timed(doc: dict) -> set[str]:
+    """The libraries of a bench report with at least one call timed."""
+    timed = {name for pair in doc["pairs"] if pair["status"] == "measured"
+             for name in (pair["producer"], pair["consumer"])}
+    timed |= {row["library"] for row in doc["producers"] for key in ("dlpack", "dlpack_device", "import_by_dlpack")
+              if (row.get(key) or {}).get("status") == "measured"}
+    timed |= {row["library"] for kind in ("libraries", "from_numpy") for row in doc["copies"][kind]
+              if row["status"] == "measured"}
+    return timed
 
 
 def main(argv=None, prog: str | None = None) -> int:

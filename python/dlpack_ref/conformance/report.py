@@ -8,7 +8,7 @@ import datetime
 import json
 import os
 
-from dlpack_ref.harness.exchange import cell_text
+from dlpack_ref.harness.exchange import CELL_LEGEND, cell_reason, cell_text
 from dlpack_ref.harness.observe import short
 from dlpack_ref.harness.output import environment, grid, md_escape, tool
 
@@ -21,6 +21,24 @@ SCHEMA_VERSION = 1
 SCHEMA_PATH = os.path.join(os.path.dirname(__file__), "report.schema.json")
 _MARK = {Status.PASS: "ok", Status.FAIL: "FAIL", Status.NOT_SUPPORTED: "n/s", Status.ERROR: "ERR"}
 _LINE_LIMIT = 200
+
+
+#: Every word of a check grid, and what it means (the grids' legend).
+CHECK_LEGEND = {
+    "ok": "pass",
+    "FAIL": "broken (see Failures)",
+    "CRASH (SIG)": "the library killed the process with signal SIG",
+    "ERR": "the check could not run",
+    "n/s": "not supported (see Not supported)",
+    "(allowed)": "a failure the allowances accept",
+    "-": "not run",
+}
+
+
+def legend(words: dict[str, str], markdown: bool) -> str:
+    """A table's legend: each word it can show and what it means, on one line."""
+    text = "; ".join(f"{word} = {meaning}" for word, meaning in words.items())
+    return "Legend: " + (md_escape(text) if markdown else text)
 
 
 def mark(result: Result) -> str:
@@ -102,13 +120,58 @@ def _failure_lines(run: Run, markdown: bool) -> list[str]:
                 continue
             rules.setdefault(r.rule.id, r.rule)
             allowed = run.allow.reason(lib, r.rule.id)
-            text = r.line() + (f" [allowed: {allowed}]" if allowed else "")
+            text = r.line(_LINE_LIMIT) + (f" [allowed: {allowed}]" if allowed else "")
             lines.append("- " + esc(short(text, _LINE_LIMIT - 2)))
+    lines += _matrix_lines(run, markdown, unjudged=False)
     if not lines:
         return ["none"]
+    if not rules:
+        return lines
     lines += ["", "Rules broken above:"]
     lines += [f"- {esc(rule.id)}: {esc(rule.text)} ({esc(rule.citation())})" for rule in rules.values()]
     return lines
+
+
+def _matrix_cells(run: Run) -> list[tuple[str, str, dict]]:
+    """The matrix's cells as a report shows them, a missing one as no exchange."""
+    libs = list(run.libraries)
+    producers = [p for p in libs if any(k[0] == p for k in run.matrix)]
+    consumers = [c for c in libs if any(k[1] == c for k in run.matrix)]
+    return [(p, c, run.matrix.get((p, c), {"works": False})) for p in producers for c in consumers]
+
+
+#: The matrix words whose line goes under Not supported (the others, but
+#: an exchange that works, under Failures).
+_UNJUDGED_CELLS = ("n/s", "n/a", "ok (?)")
+
+
+def _matrix_lines(run: Run, markdown: bool, unjudged: bool) -> list[str]:
+    """A line for each matrix cell that is not an exchange that works:
+    those not judged (``unjudged``) or the others."""
+    esc = md_escape if markdown else (lambda s: s)
+    lines = []
+    for p, c, cell in _matrix_cells(run):
+        reason = cell_reason(cell)
+        if reason is not None and (cell_text(cell) in _UNJUDGED_CELLS) == unjudged:
+            lines.append("- " + esc(short(f"[exchange] {p} -> {c}: {cell_text(cell)}: {reason}", _LINE_LIMIT)))
+    return lines
+
+
+def _not_supported_lines(run: Run, markdown: bool) -> list[str]:
+    """A line for each reason a rule was not supported (the rules that share
+    it named together), and for each matrix cell not judged."""
+    esc = md_escape if markdown else (lambda s: s)
+    grouped: dict[tuple[str, str], list[str]] = {}
+    for lib, lr in run.libraries.items():
+        for r in lr.results:
+            if r.status is Status.NOT_SUPPORTED:
+                grouped.setdefault((lib, r.detail), []).append(r.rule.id)
+    lines = []
+    for (lib, detail), rules in grouped.items():
+        named = ", ".join(rules) if len(rules) <= 3 else f"{', '.join(rules[:2])} and {len(rules) - 2} more"
+        lines.append("- " + esc(short(f"[not supported] {lib}: {named}: {detail}", _LINE_LIMIT)))
+    lines += _matrix_lines(run, markdown, unjudged=True)
+    return lines or ["none"]
 
 
 def _summary_lines(run: Run, markdown: bool) -> list[str]:
@@ -165,20 +228,21 @@ def render(run: Run, fmt: str = "table") -> str:
     esc = md_escape if md else (lambda s: s)
     out = [esc(f"PARTIAL: {run.partial}; this report is not complete"), ""] if run.partial else []
     out += [f"{h}Libraries", *_summary_lines(run, md), ""]
-    out += [f"{h}Producer checks (ok = pass, FAIL, CRASH = the library killed the process, n/s = not "
-            "supported, ERR = could not run)", _check_grid(run, "producer.", md), ""]
-    out += [f"{h}Consumer checks", _check_grid(run, "consumer.", md), ""]
+    check_legend = legend(CHECK_LEGEND, md)
+    out += [f"{h}Producer checks", _check_grid(run, "producer.", md), check_legend, ""]
+    out += [f"{h}Consumer checks", _check_grid(run, "consumer.", md), check_legend, ""]
     if any(r.rule.id.startswith("cuda.") for lr in run.libraries.values() for r in lr.results):
         out += [f"{h}CUDA checks (n/s: no CUDA device here, or the library cannot make what the check needs)",
-                _check_grid(run, "cuda.", md), ""]
+                _check_grid(run, "cuda.", md), check_legend, ""]
     if run.matrix:
-        libs = list(run.libraries)
-        producers = [p for p in libs if any(k[0] == p for k in run.matrix)]
-        consumers = [c for c in libs if any(k[1] == c for k in run.matrix)]
-        rows = [[p] + [cell_text(run.matrix.get((p, c), {"works": False})) for c in consumers] for p in producers]
+        cells = _matrix_cells(run)
+        producers = list(dict.fromkeys(p for p, _, _ in cells))
+        consumers = list(dict.fromkeys(c for _, c, _ in cells))
+        rows = [[p] + [cell_text(cell) for q, _, cell in cells if q == p] for p in producers]
         out += [f"{h}Exchange matrix (rows: producer, columns: consumer's from_dlpack)",
-                grid(["producer \\ consumer"] + consumers, rows, md), ""]
+                grid(["producer \\ consumer"] + consumers, rows, md), legend(CELL_LEGEND, md), ""]
     out += [f"{h}Failures", *_failure_lines(run, md), ""]
+    out += [f"{h}Not supported", *_not_supported_lines(run, md), ""]
     if run.stale:
         out += [f"{h}Stale allowances (the rules they allow now pass: remove them)", *_stale_lines(run, md), ""]
     if md:

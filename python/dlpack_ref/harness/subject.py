@@ -21,7 +21,7 @@ from dlpack_ref.testing.reader import read_capsule, read_values
 from .observe import elementwise_values
 
 __all__ = ["NotSupported", "Producer", "Consumer", "CudaProducer", "Subject", "KEYWORDS", "keywords_taken", "ask",
-           "export_any", "data_pointer", "first_element"]
+           "export_any", "data_pointer", "first_element", "result_values"]
 
 
 class NotSupported(Exception):
@@ -93,6 +93,31 @@ def export_any(x):
     return ask(x)
 
 
+def result_values(r):
+    """The values of a consumer's result: read from its own ``__dlpack__``,
+    else by the library's own means (``tolist()``, ``to_numpy()``,
+    ``__array__``), as nested lists.
+
+    Raises
+    ------
+    LookupError
+        When none of them reads it (what each raised, or lacked, said).
+    """
+    tried = []
+    try:
+        return read_values(export_any(r))
+    except Exception as e:
+        tried.append(f"__dlpack__: {type(e).__name__}: {str(e)[:80]}")
+    means = (("tolist()", lambda: r.tolist()), ("to_numpy()", lambda: r.to_numpy().tolist()),
+             ("__array__()", lambda: r.__array__().tolist()))
+    for what, read in means:
+        try:
+            return read()
+        except Exception as e:
+            tried.append(f"{what}: {type(e).__name__}")
+    raise LookupError("; ".join(tried))
+
+
 def first_element(info: dict) -> int:
     """The address of the first element of a tensor read by ``read_capsule``."""
     return info["data"] + info["byte_offset"]
@@ -156,7 +181,7 @@ class Producer:
         kept) when it is None: an array whose second plain export raises
         after a first that worked."""
         if self.single_use is None:
-            x = self.make("float32", (2, 3))
+            x = self.make("float32", (6,))  # 1-D: every library has those
             try:
                 x.__dlpack__()
             except Exception:
@@ -210,7 +235,7 @@ class Consumer:
     shapeless: bool = False
 
     def values(self, r):
-        return self.tolist(r) if self.tolist is not None else read_values(export_any(r))
+        return self.tolist(r) if self.tolist is not None else result_values(r)
 
     def expected(self, values, dtype: str):
         """What :meth:`values` gives for a result holding ``values`` of

@@ -129,6 +129,38 @@ _ELEMENT_FORMATS = {
 #: Device types whose memory this process reads in place: kDLCPU,
 #: kDLCUDAHost, kDLROCMHost, kDLCUDAManaged, kDLTPUHost.
 _HOST_READABLE = frozenset({1, 3, 11, 13, 20})
+#: Device types whose ``data`` is an address in this process's address
+#: space, which the CPU may reach (host-visible oneAPI USM, ROCm or CUDA
+#: memory mapped for the host): read where every byte is mapped readable.
+#: The others' ``data`` is a handle (an OpenCL cl_mem, a Vulkan buffer),
+#: never dereferenced.
+_ADDRESSED = frozenset({2, 10, 14})
+_PAGE = 1 << 16
+
+
+def _cpu_reaches(first: int, last: int) -> bool:
+    """Whether every byte from ``first`` to ``last`` (inclusive) can be read
+    by this process, found without touching it: the kernel copies it into a
+    pipe, and answers EFAULT for an address that is not mapped readable."""
+    if first <= 0 or last < first:
+        return False
+    libc = ctypes.CDLL(None, use_errno=True)
+    for call in (libc.write, libc.read):
+        call.argtypes, call.restype = [ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t], ctypes.c_ssize_t
+    ends = (ctypes.c_int * 2)()
+    if libc.pipe(ends) != 0:
+        return False
+    sink = ctypes.create_string_buffer(_PAGE)
+    try:
+        for start in range(first, last + 1, _PAGE):
+            n = min(_PAGE, last + 1 - start)
+            if libc.write(ends[1], start, n) != n:
+                return False
+            libc.read(ends[0], ctypes.addressof(sink), n)
+        return True
+    finally:
+        libc.close(ends[0])
+        libc.close(ends[1])
 
 
 def _bfloat16(bits: int) -> float:
@@ -142,6 +174,10 @@ def read_values(capsule):
     and complex elements (bcomplex32's two bfloat16 widened exactly), along the strides (C order when NULL). Nothing is
     consumed; the capsule keeps the tensor alive while it is read.
 
+    Memory is read where this process reaches it: always on the host
+    device types, and on those whose ``data`` is an address (CUDA, ROCm,
+    oneAPI) when every byte of it is mapped readable here.
+
     Raises
     ------
     BufferError
@@ -151,7 +187,7 @@ def read_values(capsule):
     info = read_capsule(capsule)
     code, bits, lanes = info["dtype"]
     fmt = _ELEMENT_FORMATS.get((code, bits))
-    if info["device"][0] not in _HOST_READABLE:
+    if info["device"][0] not in _HOST_READABLE | _ADDRESSED:
         raise BufferError(f"memory on device {info['device']} is not readable here")
     if fmt is None or lanes != 1:
         raise BufferError(f"elements of dtype (code, bits, lanes)={info['dtype']} are not read here")
@@ -162,6 +198,11 @@ def read_values(capsule):
     if strides is None:
         strides = tuple(math.prod(shape[i + 1:]) for i in range(len(shape)))
     first, size = info["data"] + info["byte_offset"], struct.calcsize(fmt)
+    if info["device"][0] not in _HOST_READABLE and math.prod(shape):
+        low = sum(s * (n - 1) for s, n in zip(strides, shape) if s < 0)
+        high = sum(s * (n - 1) for s, n in zip(strides, shape) if s > 0)
+        if not _cpu_reaches(first + low * size, first + high * size + size - 1):
+            raise BufferError(f"memory on device {info['device']} is not readable here")
 
     def element(offset):
         raw = struct.unpack(fmt, ctypes.string_at(first + offset * size, size))

@@ -64,8 +64,22 @@ def attempt(c, obj, *, read_values=True, **kwargs) -> dict:
     return out
 
 
-class KeepingProducer(ForeignProducer):
-    """A ForeignProducer that remembers the capsule it handed out (to read
+class WatchedProducer(ForeignProducer):
+    """A ForeignProducer that also counts the calls of its
+    ``__dlpack_device__``: with ``calls`` (those of ``__dlpack__``), what
+    the consumer looked at before it answered."""
+
+    def __init__(self, factory, **kwargs):
+        super().__init__(factory, **kwargs)
+        self.device_calls = 0
+
+    def __dlpack_device__(self):
+        self.device_calls += 1
+        return super().__dlpack_device__()
+
+
+class KeepingProducer(WatchedProducer):
+    """A WatchedProducer that remembers the capsule it handed out (to read
     its name after the import). Capsules follow what the consumer asks for
     (versioned for max_version >= (1, 0)) unless ``versioned=`` is given;
     ``elements``: float64 values of a 1-D tensor written along its strides."""
@@ -93,12 +107,20 @@ def recorded_calls(p) -> list[dict]:
     return [{k: (list(v) if isinstance(v, tuple) else v) for k, v in call.items()} for call in p.calls]
 
 
+def looked(out: dict, p, device) -> dict:
+    """``out`` with what the consumer asked of the producer ``p``: its
+    ``__dlpack__`` calls, and whether it asked for the device of a case
+    about a device (``device``, not the CPU), which is looking at it."""
+    out["calls"] = recorded_calls(p)
+    out["device_asked"] = bool(p.device_calls) and tuple(device) != (1, 0)
+    return out
+
+
 def import_made(c, f, *, device=(1, 0), **make) -> dict:
     """The import of one capsule made with ``make`` (plain: no keyword),
     with the capsule's name before and after."""
     p = KeepingProducer(f, device=device, **make)
-    out = attempt(c, p, read_values=make.get("data", "alloc") == "alloc")
-    out["calls"] = recorded_calls(p)
+    out = looked(attempt(c, p, read_values=make.get("data", "alloc") == "alloc"), p, device)
     if p.capsule is not None:
         name = capsule_name(p.capsule)
         out["name_after"] = name.decode() if name else None
@@ -111,10 +133,10 @@ def import_asked(c, f, call: dict | None = None, read_values=True, **producer) -
     (None: the consumer has no such keyword)."""
     if call is None:
         return {"outcome": "keyword"}
-    p = ForeignProducer(f, **producer)
-    out = attempt(c, p, read_values=read_values, **call)
+    p = WatchedProducer(f, **producer)
+    out = looked(attempt(c, p, read_values=read_values, **call), p, producer.get("device", (1, 0)))
     out["call_kwargs"] = {k: v for k, v in call.items() if k == "copy"}
-    out["calls"] = recorded_calls(p)
+    out["keywords_given"] = bool(call)
     out["source_ptr"] = f.last_data
     return out
 
@@ -151,17 +173,17 @@ def is_buffererror(out) -> bool:
 
 
 def values_problems(out, problems, want) -> None:
+    """Wrong values are a problem; values that cannot be read are the
+    checker's blindness, which :func:`judged` answers (not supported)."""
     if want is not None and "values" in out and out["values"] != want:
         problems.append(f"values {out['values']!r}, expected {want!r}")
-    if "values_error" in out:
-        problems.append(f"values unreadable ({out['values_error']})")
 
 
 def accepts(out, problems, want):
     if refused(out):
         return "fail", ["refused"]
     values_problems(out, problems, want)
-    notes = ["accepted" if problems else "accepted with the right values"]
+    notes = ["accepted" if problems or "values" not in out else "accepted with the right values"]
     if out.get("deleters_during"):
         notes.append("data copied and released at once")
     return None, notes
@@ -214,8 +236,7 @@ def copies(out, problems, want):
 
 
 def asks_max_version(out, problems, want):
-    if refused(out):
-        return "fail", ["refused"]
+    # the first call is the point, whatever the consumer did with its answer
     first = (out.get("calls") or [{}])[0]
     if not first.get("max_version") or first["max_version"][0] < 1:
         problems.append(f"first __dlpack__ call had {first}, no max_version >= (1, 0)")
@@ -319,12 +340,54 @@ def refuses_device(out, problems, want):
     return refuses_with_buffererror(out, problems, want)
 
 
+def unlooked(c, out) -> str | None:
+    """Why a refusal says nothing of the case: the consumer raised before it
+    asked the producer for the capsule (nor, in a case about a device, for
+    the device), which the producer counts; None when it looked. A
+    ``from_dlpack`` that takes the capsule itself is handed it, and looked;
+    one handed a keyword (``copy=False``) may answer the keyword alone."""
+    if not refused(out) or out.get("calls") or out.get("device_asked") or "calls" not in out:
+        return None
+    if out.get("call_kwargs") or out.get("keywords_given"):
+        return None
+    if c.capsule_request is not None:
+        return None
+    return (f"from_dlpack raised {out['exc'][0]} before it called __dlpack__: it refused without looking at "
+            "the capsule, so this case cannot be judged")
+
+
+def control_refusal(c, control: dict) -> str | None:
+    """Why a refusal says nothing of the case: the consumer refuses the
+    same import of a valid tensor (``control``: how it is made; a shape of
+    the same number of dimensions as the case's) too. None when it takes
+    the valid one."""
+    out = import_asked(c, CapsuleFactory(), {}, read_values=False, **control)
+    out.pop("result", None)
+    if not refused(out) or out.get("outcome") == "keyword":
+        return None
+    kind = "legacy " if control.get("legacy_only") else ""
+    return (f"it refuses a valid {kind}float64 tensor of shape {control['shape']} too ({out['exc'][0]}: "
+            f"{short(out['exc'][1], 120)}), so its refusal here says nothing of the rule")
+
+
+#: The valid twin of most cases: the plain import of a 1-D float64 tensor
+#: (each case asks for the smallest tensor that shows its point: 1-D but
+#: where its point needs two dimensions, whose twin is SQUARE).
+PLAIN = {"shape": (3,), "dtype": F64, "fill": f64(V123)}
+SQUARE = {"shape": (2, 2), "fill": f64([1, 2, 3, 4])}
+
+
 def judged(c, run, judge, *, want=None, deleters=1, needs_versioned=False, asks_producer=False,
-           about_dtype=False):
+           about_dtype=False, control: dict | None = PLAIN):
     """One case: what the consumer can be asked, ``run(factory)`` (the
     import), the deleters counted once its objects are gone, then the
     checks every case shares and the case's own ``judge``. Returns the pass
-    detail (with the consumer's exception, if any) or raises the verdict."""
+    detail (with the consumer's exception, if any) or raises the verdict.
+
+    A refusal is judged only where the consumer looked (:func:`unlooked`)
+    and takes the valid twin of the case, ``control`` (None: the refusal is
+    not the case's point); a result whose values are wanted and cannot be
+    read by any means is not supported, unless a problem already fails it."""
     if asks_producer and c.capsule_request is not None:
         call = ", ".join(f"{k}={v!r}" for k, v in c.capsule_request.items())
         raise NotSupported("from_dlpack takes a capsule, not an object with __dlpack__, so it never calls "
@@ -353,7 +416,16 @@ def judged(c, run, judge, *, want=None, deleters=1, needs_versioned=False, asks_
     want_deleters = deleters if out.get("made", True) else 0
     if out.get("deleters") != want_deleters:
         problems.append(f"deleter ran {out.get('deleters')} times, expected {want_deleters}")
+    if not problems and refused(out):
+        # a consumer that read the device of a case about a device and refused it judged what the case shows
+        twin = control is not None and not out.get("device_asked")
+        blind = unlooked(c, out) or (control_refusal(c, {**PLAIN, **control}) if twin else None)
+        if blind:
+            raise NotSupported(blind, exc)
     status, notes = judge(out, problems, want)
+    if status is None and not problems and want is not None and "values_error" in out:
+        raise NotSupported(f"the result's values cannot be read, by DLPack or the library's own means "
+                           f"({out['values_error']})", exc)
     detail = "; ".join(problems + notes)
     if status == "fail" or (status is None and problems):
         raise CheckFailed(detail, exc)
@@ -375,7 +447,7 @@ def zero_copy_import(c):
 def max_version_passed(c):
     """from_dlpack calls __dlpack__(max_version=(1, m)) to ask for a versioned capsule"""
     return judged(c, lambda f: import_asked(c, f, {}, shape=(3,), dtype=F64, fill=f64(V123)), asks_max_version,
-                  asks_producer=True)
+                  asks_producer=True, control=None)
 
 
 @rule("python", "Python spec: fallback for pre-1.0 producers")
@@ -400,7 +472,8 @@ def import_twice(c, f) -> dict:
     second = attempt(c, ForeignProducer(f, returns=cap)) if cap is not None else {"outcome": "none"}
     second.pop("result", None)
     return {"outcome": first["outcome"], "name_after": name.decode() if name else None, "second": second,
-            "exc": second.get("exc"), "result": first.get("result")}
+            "exc": second.get("exc") or first.get("exc"), "result": first.get("result"),
+            "calls": recorded_calls(p)}
 
 
 @rule("python", "Python spec: a capsule is consumed exactly once")
@@ -429,7 +502,7 @@ def null_strides_v1_1(c):
     """NULL strides in a version 1.1 capsule mean row-major"""
     return judged(c, lambda f: import_made(c, f, shape=(2, 2), dtype=F64, version=(1, 1), strides="null",
                                            fill=f64([1, 2, 3, 4]), versioned=True),
-                  accepts, want=[[1.0, 2.0], [3.0, 4.0]], needs_versioned=True)
+                  accepts, want=[[1.0, 2.0], [3.0, 4.0]], needs_versioned=True, control=SQUARE)
 
 
 @rule("header", "DLTensor.strides (NULL = row-major before 1.2)")
@@ -437,7 +510,7 @@ def null_strides_legacy(c):
     """NULL strides in a legacy capsule (of a pre-1.0 producer) mean row-major"""
     return judged(c, lambda f: import_made(c, f, shape=(2, 2), dtype=F64, legacy_only=True, strides="null",
                                            fill=f64([1, 2, 3, 4])),
-                  accepts, want=[[1.0, 2.0], [3.0, 4.0]])
+                  accepts, want=[[1.0, 2.0], [3.0, 4.0]], control={**SQUARE, "legacy_only": True})
 
 
 @rule("python", "Python spec: __dlpack__ max_version (a producer may return a capsule of an older version)")
@@ -452,7 +525,7 @@ def null_strides_v1_3(c):
     """NULL strides in a version 1.3 capsule (forbidden since 1.2) are refused or read as row-major"""
     return judged(c, lambda f: import_made(c, f, shape=(2, 2), dtype=F64, strides="null", fill=f64([1, 2, 3, 4]),
                                            versioned=True),
-                  accepts_or_refuses, want=[[1.0, 2.0], [3.0, 4.0]], needs_versioned=True)
+                  accepts_or_refuses, want=[[1.0, 2.0], [3.0, 4.0]], needs_versioned=True, control=SQUARE)
 
 
 @rule("header", "DLPackVersion: minor changes keep the ABI")
@@ -481,7 +554,7 @@ def null_deleter(c):
 @rule("header", "DLTensor.data")
 def size_zero_null_data(c):
     """a size-0 tensor with NULL data is accepted"""
-    return judged(c, lambda f: import_made(c, f, shape=(0, 3), dtype=F64, data=None), accepts_or_refuses)
+    return judged(c, lambda f: import_made(c, f, shape=(0,), dtype=F64, data=None), accepts_or_refuses)
 
 
 # --- element types -------------------------------------------------------------------------
@@ -586,7 +659,7 @@ def copy_true(c):
     cannot copy"""
     return judged(c, lambda f: import_asked(c, f, {"copy": True}, legacy_only=True, shape=(3,), dtype=F64,
                                             fill=f64(V123)),
-                  copies, want=V123)
+                  copies, want=V123, control={"legacy_only": True})
 
 
 @rule("array-api", "from_dlpack, copy")
@@ -630,61 +703,64 @@ def producer_returns_non_capsule(c):
 @rule("python", "Python spec: capsule names")
 def bad_name(c):
     """a capsule with another name is refused"""
-    return judged(c, lambda f: import_made(c, f, name=b"not_a_dltensor"), refuses)
+    return judged(c, lambda f: import_made(c, f, shape=(3,), dtype=F64, name=b"not_a_dltensor"), refuses)
 
 
 @rule("python", "Python spec: capsule renaming")
 def used_name(c):
     """a capsule already named 'used_dltensor_versioned' is refused"""
-    return judged(c, lambda f: import_made(c, f, name=NAME_USED_VERSIONED), refuses)
+    return judged(c, lambda f: import_made(c, f, shape=(3,), dtype=F64, name=NAME_USED_VERSIONED), refuses)
 
 
 @rule("header", "DLPackVersion: 'the consumer must call the deleter'")
 def major_version_2(c):
     """version.major 2 is refused and the deleter called"""
-    return judged(c, lambda f: import_made(c, f, version=(2, 0), versioned=True), refuses, needs_versioned=True)
+    return judged(c, lambda f: import_made(c, f, shape=(3,), dtype=F64, version=(2, 0), versioned=True), refuses,
+                  needs_versioned=True)
 
 
 @rule("header", "DLTensor.ndim")
 def ndim_negative(c):
     """ndim -1 is refused"""
-    return judged(c, lambda f: import_made(c, f, ndim=-1), refuses)
+    return judged(c, lambda f: import_made(c, f, shape=(3,), dtype=F64, ndim=-1), refuses)
 
 
 @rule("header", "DLTensor.shape")
 def shape_negative(c):
     """a negative extent is refused"""
-    return judged(c, lambda f: import_made(c, f, shape=(2, -3)), refuses)
+    return judged(c, lambda f: import_made(c, f, shape=(-3,), dtype=F64), refuses)
 
 
 @rule("header", "DLTensor.shape")
 def shape_null(c):
     """a NULL shape with ndim > 0 is refused"""
-    return judged(c, lambda f: import_made(c, f, shape_null=True), refuses)
+    return judged(c, lambda f: import_made(c, f, shape=(3,), dtype=F64, shape_null=True), refuses)
 
 
 @rule("header", "DLTensor.data")
 def data_null(c):
     """NULL data for a non-empty tensor is refused, never dereferenced"""
-    return judged(c, lambda f: import_made(c, f, data=None), refuses)
+    return judged(c, lambda f: import_made(c, f, shape=(3,), dtype=F64, data=None), refuses)
 
 
 @rule("header", "DLTensor.shape")
 def extent_overflow(c):
     """a shape whose size overflows int64 is refused"""
-    return judged(c, lambda f: import_made(c, f, shape=(2 ** 62, 8)), refuses)
+    return judged(c, lambda f: import_made(c, f, shape=(2 ** 62, 8), dtype=F64), refuses, control=SQUARE)
 
 
 @rule("array-api", "from_dlpack, Raises: BufferError (incompatible dtype)")
 def dtype_unknown_code(c):
     """an unknown dtype code (99) is refused with BufferError"""
-    return judged(c, lambda f: import_made(c, f, dtype=(99, 32, 1)), refuses_with_buffererror, about_dtype=True)
+    return judged(c, lambda f: import_made(c, f, shape=(3,), dtype=(99, 32, 1)), refuses_with_buffererror,
+                  about_dtype=True)
 
 
 @rule("array-api", "from_dlpack, Raises: BufferError (incompatible dtype)")
 def dtype_bad_bits(c):
     """float with 24 bits is refused with BufferError"""
-    return judged(c, lambda f: import_made(c, f, dtype=(2, 24, 1)), refuses_with_buffererror, about_dtype=True)
+    return judged(c, lambda f: import_made(c, f, shape=(3,), dtype=(2, 24, 1)), refuses_with_buffererror,
+                  about_dtype=True)
 
 
 def with_element_type(c, out: dict) -> dict:
@@ -707,18 +783,20 @@ def refuses_or_keeps_lanes(out, problems, want):
 @rule("array-api", "from_dlpack, Raises: BufferError (incompatible dtype)")
 def dtype_lanes(c):
     """float32 with lanes=4 is refused with BufferError (or read as a vector type)"""
-    return judged(c, lambda f: with_element_type(c, import_made(c, f, dtype=(2, 32, 4))), refuses_or_keeps_lanes,
-                  about_dtype=True)
+    return judged(c, lambda f: with_element_type(c, import_made(c, f, shape=(3,), dtype=(2, 32, 4))),
+                  refuses_or_keeps_lanes, about_dtype=True)
 
 
 @rule("array-api", "from_dlpack, Raises: BufferError (incompatible device)")
 def device_opencl(c):
     """an OpenCL tensor (bogus pointer) is refused with BufferError, never read"""
-    return judged(c, lambda f: import_made(c, f, device=(4, 0), data=BOGUS_DEVICE_POINTER), refuses_device)
+    return judged(c, lambda f: import_made(c, f, shape=(3,), dtype=F64, device=(4, 0), data=BOGUS_DEVICE_POINTER),
+                  refuses_device)
 
 
 @rule("array-api", "from_dlpack, Raises: BufferError (incompatible device)")
 def device_cuda_unreachable(c):
     """a CUDA tensor (bogus pointer) the consumer cannot reach is refused with BufferError (or kept as a device array),
     never read"""
-    return judged(c, lambda f: import_made(c, f, device=(2, 0), data=BOGUS_DEVICE_POINTER), refuses_device)
+    return judged(c, lambda f: import_made(c, f, shape=(3,), dtype=F64, device=(2, 0), data=BOGUS_DEVICE_POINTER),
+                  refuses_device)
