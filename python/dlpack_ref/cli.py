@@ -47,9 +47,16 @@ formats (--format):
              rule's text once, the gate's verdict, how to see a
              reproduction
   markdown   the same as Markdown (text escaped: __dlpack__ is not bold),
-             with each failure's reproduction folded
+             with the failures' reproductions folded while the report
+             stays within 60,000 characters (a pull-request comment holds
+             65,536), the command that prints each of the others
   json       machine-readable, schema version 1: the file
              report.schema.json inside the dlpack_ref.conformance package
+
+reproductions as files:
+  --repro-dir DIR writes each failure's reproduction in DIR (made when
+  missing) as LIBRARY.RULE.py, and the report names each file instead of
+  folding any in.
 
 explaining a rule:
   --explain RULE runs that one rule (no exchange matrix) and prints, instead
@@ -140,6 +147,9 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     check.add_argument("--rules", action="append", metavar="PATTERN",
                        help="run only the rules whose id matches (shell-style, repeatable; e.g. 'cuda.*' for "
                        "the CUDA checks)")
+    check.add_argument("--repro-dir", metavar="DIR",
+                       help="write each failure's reproduction in DIR as LIBRARY.RULE.py; the report names "
+                       "the files")
     check.add_argument("--explain", metavar="RULE",
                        help="run one rule and print a runnable file: each library's result, and the first "
                        "failure's reproduction")
@@ -197,6 +207,10 @@ def _check(args, progress: Progress, out, prog: str) -> int:
     why = unwritable(args.json) if args.json else None
     if why:
         progress.say(f"error: --json {why}")
+        return EXIT_USAGE
+    why = report.repro_dir_problem(args.repro_dir) if args.repro_dir else None
+    if why:
+        progress.say(f"error: --repro-dir {why}")
         return EXIT_USAGE
     selection = select(args.library, add_installed=args.installed)
     libraries, unavailable, sides = {}, {}, {}
@@ -256,7 +270,8 @@ def _check(args, progress: Progress, out, prog: str) -> int:
     status = EXIT_MISSING if requested_missing else EXIT_FAILED if stopping else EXIT_OK
     run = report.Run(libraries, selection.not_installed, unavailable, matrix, allow, args.fail_on, stopping,
                      requested_missing, status, f"{prog} check --library LIBRARY --explain RULE")
-    text = explain(run, args.explain) if args.explain is not None else report.render(run, args.format)
+    files = report.write_reproductions(run, args.repro_dir) if args.repro_dir else None
+    text = explain(run, args.explain) if args.explain is not None else report.render(run, args.format, files)
     out.write(text + "\n")
     _write_json(args.json, report.render(run, "json"))
     return run.exit_status
