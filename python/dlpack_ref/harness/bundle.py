@@ -14,6 +14,10 @@ it cannot be in a reproduction.
 Definitions keep their names, so two modules whose needed definitions share
 a name cannot be bundled together (:class:`BundleError` says which).
 Decorators named ``rule`` (the rule tables' registration) are left out.
+
+A bundle follows names to whole definitions: a class comes with all its
+methods. :func:`prune` then cuts it to what the code run after it reaches,
+method by method, so that a reproduction carries only what its rule uses.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ import sys
 import textwrap
 from typing import Iterable
 
-__all__ = ["BundleError", "bundle", "definition_source"]
+__all__ = ["BundleError", "bundle", "definition_source", "prune"]
 
 #: Decorators that only register a definition in a table of the checker.
 _REGISTRATIONS = frozenset({"rule"})
@@ -501,14 +505,13 @@ def _first_line(node: ast.stmt) -> int:
 
 
 def _tidy(gap: list[str]) -> list[str]:
-    """The comment lines between two statements, blank runs made one, none
-    before them (one after them parts a heading from what follows)."""
+    """The comment lines between two statements, each run of blank lines
+    made one, none before them (one after them parts a heading from what
+    follows)."""
     kept: list[str] = []
     for line in gap:
         if line.strip() or (kept and kept[-1].strip()):
             kept.append(line)
-    while len(kept) > 1 and not kept[-1].strip() and not kept[-2].strip():
-        kept.pop()
     return kept
 
 
