@@ -77,7 +77,7 @@ exit status:
      not run, or a library crashed)
   2  bad arguments: an unreadable allow file, an unknown --explain rule, a
      --rules pattern that matches no rule, a --json FILE that cannot be
-     written
+     written, a --repro-dir DIR that cannot be made or written
   3  a library asked for with --library (or --fail-on) cannot be imported,
      its import crashes or exits, nothing in it can be checked, or nothing
      was checked at all
