@@ -26,6 +26,7 @@ pytestmark = pytest.mark.harness
 
 SECRET = "support.secret_copy"
 CRASHING = "support.crashing_import"
+DEFERRED = "support.deferred_copy"
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -195,6 +196,41 @@ def test_copies_beside_memcpy(secret_run):
     for c in by_lib.values():
         assert c["status"] == "measured" and c["copied"] is True
         assert c["gb_per_s"] > 0 and c["of_memcpy"] > 0
+
+
+def test_a_copy_that_returns_before_it_is_made_is_timed_until_it_can_be_read(schema):
+    """A library whose copy returns at once, made by a thread 250 ms later
+    (its __dlpack__ waits for it), takes longer than memcpy: timed to its
+    return, it would show tens of times memcpy's speed."""
+    rc, out, err = command.run(["bench", "--library", DEFERRED, "--quick", "--format", "json"])
+    assert rc == EXIT_OK, err[-2000:]
+    doc = json.loads(out)
+    jsonschema.validate(doc, schema)
+    for kind in ("libraries", "from_numpy"):
+        rows = {c["library"]: c for c in doc["copies"][kind]}
+        deferred = rows[DEFERRED]
+        assert deferred["status"] == "measured" and deferred["copied"] is True, deferred
+        assert deferred["ready_by"] == "__dlpack__"
+        assert deferred["ns_min"] >= 250e6   # its copy's delay: 250 ms
+        assert deferred["of_memcpy"] < 1.0, deferred
+        assert rows["dlpack_ref"]["ready_by"] == "__dlpack__"
+
+
+def test_a_copy_without_dlpack_is_read_through_its_data_pointer():
+    from dlpack_ref.bench import cases
+    seen = []
+
+    class Buffer:   # a result without __dlpack__, as mpi4py's buffers are
+        pass
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(cases, "subject", lambda spec: type("S", (), {"consumer": type("C", (), {
+            "pointer": staticmethod(lambda r: seen.append(r) or 1)})})())
+        ready = cases.readable("buffers")
+    result = Buffer()
+    ready(result)
+    assert seen == [result] and cases.ready_by(result) == "data pointer"
+    assert cases.ready_by(np.zeros(2)) == "__dlpack__"
 
 
 def test_dlpack_ref_standings_name_the_best_other_library(secret_run):

@@ -58,3 +58,64 @@ def test_a_rule_is_written_without_its_registration():
     from dlpack_ref.conformance.rules import RULES
     source = bundle(RULES["producer.size_zero"].check)
     assert "@rule" not in source and "def size_zero(p) -> str:" in source
+
+
+PRUNABLE = '''from __future__ import annotations
+import os
+import sys
+
+UNUSED = 1
+LIMIT = 3
+
+
+# Why the helper exists.
+def helper(x):
+    return x + LIMIT
+
+
+def unreached():
+    return sys.argv
+
+
+class Box:
+    size: int = 0
+
+    def __init__(self, v):
+        self.v = v
+
+    # read by the roots
+    def used(self):
+        return helper(self.v)
+
+    def unused(self):
+        return os.getcwd()
+
+    @property
+    def shown(self):
+        return self.v
+
+
+class Lonely:
+    def never(self):
+        return 1
+'''
+
+
+def test_prune_keeps_what_the_roots_reach_and_the_methods_they_name():
+    from dlpack_ref.harness.bundle import prune
+    source = prune(PRUNABLE, "b = Box(1)\nprint(b.used(), getattr(b, 'shown'))\n")
+    assert "def unreached" not in source and "UNUSED" not in source and "class Lonely" not in source
+    assert "def unused" not in source and "import os" not in source and "import sys" not in source
+    for kept in ("LIMIT = 3", "# Why the helper exists.\ndef helper(x):", "def __init__(self, v):",
+                 "    # read by the roots\n    def used(self):", "def shown(self):", "size: int = 0"):
+        assert kept in source
+    run = subprocess.run([sys.executable, "-c", source + "b = Box(1)\nprint(b.used(), getattr(b, 'shown'))\n"],
+                         capture_output=True, text=True, timeout=60)
+    assert run.stdout == "4 1\n", run.stderr
+
+
+def test_a_class_whose_methods_all_go_keeps_a_body():
+    from dlpack_ref.harness.bundle import prune
+    source = prune(PRUNABLE, "print(Lonely)\n")
+    assert "class Lonely:\n    pass" in source
+    compile(source, "pruned.py", "exec")

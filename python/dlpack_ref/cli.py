@@ -55,9 +55,16 @@ formats (--format):
              rule's text once, the gate's verdict, how to see a
              reproduction
   markdown   the same as Markdown (text escaped: __dlpack__ is not bold),
-             with each failure's reproduction folded
+             with the failures' reproductions folded while the report
+             stays within 60,000 characters (a pull-request comment holds
+             65,536), the command that prints each of the others
   json       machine-readable, schema version 1: the file
              report.schema.json inside the dlpack_ref.conformance package
+
+reproductions as files:
+  --repro-dir DIR writes each failure's reproduction in DIR (made when
+  missing) as LIBRARY.RULE.py, and the report names each file instead of
+  folding any in.
 
 explaining a rule:
   --explain RULE runs that one rule (no exchange matrix) and prints, instead
@@ -82,8 +89,9 @@ exit status:
   2  bad arguments, all found before anything runs: an unknown option, a
      malformed --library SPEC, a --fail-on LIBRARY that is not in the
      run, an unreadable allow file, an unknown --explain rule, a --rules
-     pattern that matches no rule, a --json FILE that cannot be written;
-     and a report that could not be written at the end
+     pattern that matches no rule, a --json FILE that cannot be written,
+     a --repro-dir DIR that cannot be made or written; and a report that
+     could not be written at the end
   3  a library asked for with --library (or --fail-on) cannot be imported,
      its import crashes or exits, nothing in it can be checked, or nothing
      was checked at all
@@ -160,6 +168,9 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     check.add_argument("--rules", action="append", metavar="PATTERN",
                        help="run only the rules whose id matches (shell-style, repeatable; e.g. 'cuda.*' for "
                        "the CUDA checks)")
+    check.add_argument("--repro-dir", metavar="DIR",
+                       help="write each failure's reproduction in DIR as LIBRARY.RULE.py; the report names "
+                       "the files")
     check.add_argument("--explain", metavar="RULE",
                        help="run one rule and print a runnable file: each library's result, and the first "
                        "failure's reproduction")
@@ -396,7 +407,8 @@ def _check(args, progress: Progress, out, prog: str) -> int:
     run = report.Run(libraries, selection.not_installed, unavailable, matrix, allow, args.fail_on, stopping,
                      requested_missing, status, f"{prog} check --library LIBRARY --explain RULE",
                      partial=partial, stale=stale(results, allow))
-    text = explain(run, args.explain) if args.explain is not None else report.render(run, args.format)
+    files = report.write_reproductions(run, args.repro_dir) if args.repro_dir else None
+    text = explain(run, args.explain) if args.explain is not None else report.render(run, args.format, files)
     out.write(text + "\n")
     _write_json(args.json, report.render(run, "json"))
     if partial:

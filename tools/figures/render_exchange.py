@@ -76,11 +76,17 @@ def exchange_copies(sources, args) -> str:
     d = _bench(sources[0])
     size, rounds = format_bytes(d["copies"]["bytes"]), d["settings"]["copy_rounds"]
     header = ["library", "ms", "GB/s", "of memcpy", "note"]
-    out = (f"`library.from_dlpack(x, copy=True)` of a {size} array of the library's own, median of {rounds} "
-           "rounds:\n\n" + grid(header, copy_rows(d, "libraries")))
+    # Runs before copies were timed until they could be read carry no ready_by.
+    completed = any("ready_by" in c for kind in ("libraries", "from_numpy") for c in d["copies"].get(kind) or [])
+    until = ("timed until the copy can be read (its own `__dlpack__()` returned)" if completed else
+             "timed to the return of the call only (a run made before copies were timed until they can be read: "
+             "a library that returns before its copy is made shows faster than it is)")
+    out = (f"`library.from_dlpack(x, copy=True)` of a {size} array of the library's own, {until}, median of "
+           f"{rounds} rounds:\n\n" + grid(header, copy_rows(d, "libraries")))
     if d["copies"].get("from_numpy"):
         out += (f"\n\n`library.from_dlpack(x, copy=True)` of one {size} NumPy array, the same source for every "
-                f"library, median of {rounds} rounds:\n\n" + grid(header, copy_rows(d, "from_numpy")))
+                f"library, timed the same way, median of {rounds} rounds:\n\n"
+                + grid(header, copy_rows(d, "from_numpy")))
     return out
 
 

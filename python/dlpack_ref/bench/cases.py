@@ -16,10 +16,11 @@ Keys (tuples of strings; lists once they have been through JSON):
     through ``__dlpack__``, measured beside ``("pair", P, "dlpack_ref")``
     (the import through P's C exchange table) for types that publish one.
 ``("copy", L)``
-    L's import of big with ``copy=True``, big a large array of L itself.
+    L's import of big with ``copy=True``, big a large array of L itself,
+    timed until the copy can be read (:func:`readable`).
 ``("copy_numpy", L)``
     L's import of a large NumPy array with ``copy=True``: every consumer's
-    copy of the same source.
+    copy of the same source, timed the same way.
 ``("memcpy",)``
     ``memmove`` of the same bytes between two buffers made once: what the
     machine's own copy costs.
@@ -80,6 +81,34 @@ def importer(spec: str, **kwargs) -> Callable[[object], object]:
     return lambda x: from_dlpack(x.__dlpack__(**request), **kwargs)
 
 
+def readable(spec: str) -> Callable[[object], None]:
+    """``ready(result)``: returns once a copy made by library ``spec`` can
+    be read, the wait (:func:`ready_by`) timed with the copy.
+
+    A library may return from ``from_dlpack(x, copy=True)`` before its copy
+    is made (JAX dispatches it, and its array is ready later): timed to the
+    return, such a copy would look faster than memcpy. Whatever the library,
+    the result's own ``__dlpack__()`` hands out memory that a CPU consumer
+    reads at once, so it waits for the work pending on the result: the
+    plain export, its capsule dropped, ends every timed copy. A result
+    without ``__dlpack__`` is read through the adapter's data pointer, the
+    one reading of it every consumer has.
+    """
+    pointer = subject(spec).consumer.pointer
+
+    def ready(result) -> None:
+        if ready_by(result) == "__dlpack__":
+            result.__dlpack__()
+        else:
+            pointer(result)
+    return ready
+
+
+def ready_by(result) -> str:
+    """How :func:`readable` waits for ``result``: ``"__dlpack__"`` or ``"data pointer"``."""
+    return "__dlpack__" if getattr(type(result), "__dlpack__", None) is not None else "data pointer"
+
+
 class Arrays:
     """The arrays the calls work on, made once each, on first use (a library
     whose factory fails is met only by the keys that need it)."""
@@ -135,8 +164,13 @@ def call_of(key: tuple[str, ...], arrays: Arrays) -> Callable[[], object]:
         return lambda: import_capsule(x.__dlpack__(max_version=version))
     if kind in ("copy", "copy_numpy"):
         big = arrays.big(key[1]) if kind == "copy" else arrays.numpy_big()
-        take = importer(key[1], copy=True)
-        return lambda: take(big)
+        take, ready = importer(key[1], copy=True), readable(key[1])
+
+        def copy():
+            result = take(big)
+            ready(result)
+            return result
+        return copy
     if kind == "memcpy":
         dst, src, n = arrays.filled("target").data_ptr, arrays.filled("source").data_ptr, arrays.copy_bytes
         return lambda: ctypes.memmove(dst, src, n)
@@ -162,7 +196,8 @@ def probe(task: dict, subjects=None) -> dict:
     -------
     dict
         ``{"ok": True}`` with what the call showed (``zero_copy`` for a pair:
-        the exchange's judgement by pointer; ``copied`` for a copy;
+        the exchange's judgement by pointer; ``copied`` and ``ready_by``
+        (:func:`ready_by`) for a copy;
         ``table``: the exchange-table version dlpack_ref would use for the
         producer's type, or None), or ``{"ok": False, "stage", "exc_type",
         "exc_message"}`` when the arrays could not be made (stage
@@ -190,6 +225,7 @@ def probe(task: dict, subjects=None) -> dict:
         except Exception:
             same = None
         outcome["copied"] = None if same is None else not same
+        outcome["ready_by"] = ready_by(result)
     elif key[0] == "capsule":
         version = dlpack_ref.exchange_api_version(type(arrays.small(key[1])))
         outcome["table"] = None if version is None else list(version)

@@ -286,7 +286,7 @@ def _document(run: _Run, settings: Settings, start: dict, end: dict, notes: list
                 continue
             r = dict(records[(kind, c)])
             measured = r["status"] == "measured" and memcpy["status"] == "measured"
-            r.update(library=c, copied=outcomes[(kind, c)].get("copied"),
+            r.update(library=c, copied=outcomes[(kind, c)].get("copied"), ready_by=outcomes[(kind, c)].get("ready_by"),
                      gb_per_s=settings.copy_bytes / r["ns_median"] if r["status"] == "measured" else None,
                      of_memcpy=memcpy["ns_median"] / r["ns_median"] if measured else None)
             rows.append(r)

@@ -97,7 +97,10 @@ def copy_rows(doc: dict, kind: str = "libraries") -> list[list[str]]:
         if c["status"] != "measured":
             rows.append([c["library"], "-", "-", "-", c["reason"] or c["status"]])
             continue
-        note = "" if c["copied"] is not False else "not a copy: the result is the source's memory"
+        notes = ["not a copy: the result is the source's memory"] if c["copied"] is False else []
+        if c.get("ready_by") == "data pointer":
+            notes.append("waited for by its data pointer (the result has no __dlpack__)")
+        note = "; ".join(notes)
         rows.append([c["library"], f"{c['ns_median'] / 1e6:.2f}", f"{c['gb_per_s']:.1f}",
                      f"{c['of_memcpy']:.2f}" if c["of_memcpy"] is not None else "-", note])
     return rows
@@ -169,13 +172,15 @@ def render(doc: dict, fmt: str = "table") -> str:
                 "(dlpack_ref's own arrays are aliased, not imported: no table figure)."),
             "", grid(header, rows, md), ""]
     out += [f"{h}copy=True of a {doc['copies']['bytes'] >> 20} MiB array",
-            esc(f"library.from_dlpack(x, copy=True), x the library's own array; median of {s['copy_rounds']} "
-                "rounds interleaved with memcpy of the same bytes (each after 20 ms of quiet)."), "",
+            esc(f"library.from_dlpack(x, copy=True), x the library's own array, timed until the copy can be read "
+                "(the result's own __dlpack__() has returned: a library that returns before its copy is made is "
+                f"waited for); median of {s['copy_rounds']} rounds interleaved with memcpy of the same bytes (each "
+                "after 20 ms of quiet)."), "",
             grid(["library", "ms", "GB/s", "of memcpy", "note"], copy_rows(doc), md), ""]
     if doc["copies"].get("from_numpy"):
         out += [f"{h}copy=True of the same {doc['copies']['bytes'] >> 20} MiB NumPy array",
                 esc("library.from_dlpack(x, copy=True), x one NumPy array for every library: each consumer's "
-                    "copy of the same source, in the same rounds."), "",
+                    "copy of the same source, timed the same way, in the same rounds."), "",
                 grid(["library", "ms", "GB/s", "of memcpy", "note"], copy_rows(doc, "from_numpy"), md), ""]
     problems = _problems(doc)
     if problems:

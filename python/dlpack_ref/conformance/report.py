@@ -7,6 +7,7 @@ import dataclasses
 import datetime
 import json
 import os
+import re
 
 from dlpack_ref.harness.exchange import CELL_LEGEND, cell_reason, cell_text
 from dlpack_ref.harness.observe import short
@@ -14,13 +15,17 @@ from dlpack_ref.harness.output import environment, grid, md_escape, tool
 
 from .gate import Allowance, AllowList
 from .model import Result, Status
-from .reproduce import reproduction
+from .reproduce import reproducible, reproduction
 
 #: Bumped when a field of the JSON report changes meaning or goes away.
 SCHEMA_VERSION = 1
 SCHEMA_PATH = os.path.join(os.path.dirname(__file__), "report.schema.json")
 _MARK = {Status.PASS: "ok", Status.FAIL: "FAIL", Status.NOT_SUPPORTED: "n/s", Status.ERROR: "ERR"}
 _LINE_LIMIT = 200
+#: The most characters a Markdown report takes with its folded
+#: reproductions: a pull-request comment holds 65,536, and a workflow may
+#: add a heading. Reproductions past it are named, not folded in.
+MARKDOWN_LIMIT = 60_000
 
 
 #: Every word of a check grid, and what it means (the grids' legend).
@@ -216,11 +221,19 @@ def _next_step(run: Run) -> list[str]:
     lib, rule = failed[0]
     return [f"Each failure has a reproduction, Python that shows it with its library alone: "
             f"{run.explain_command.replace('LIBRARY', lib).replace('RULE', rule)} prints one as a file "
-            "that runs (the Markdown and JSON reports carry them all)."]
+            "that runs (the JSON report carries them all, --repro-dir DIR writes them as files)."]
 
 
-def render(run: Run, fmt: str = "table") -> str:
-    """The report in ``fmt``: ``table``, ``markdown`` or ``json``."""
+def render(run: Run, fmt: str = "table", repro_files: dict[tuple[str, str], str] | None = None) -> str:
+    """The report in ``fmt``: ``table``, ``markdown`` or ``json``.
+
+    ``repro_files``: (library, rule id) -> the file holding that failure's
+    reproduction (:func:`write_reproductions`), which a Markdown or table
+    report names instead of folding the reproduction in. Without them a
+    Markdown report folds in the reproductions that keep it within
+    :data:`MARKDOWN_LIMIT` characters and names the command that prints
+    each of the others.
+    """
     if fmt == "json":
         return json.dumps(to_json(run), indent=2, default=str)
     md = fmt == "markdown"
@@ -245,27 +258,82 @@ def render(run: Run, fmt: str = "table") -> str:
     out += [f"{h}Not supported", *_not_supported_lines(run, md), ""]
     if run.stale:
         out += [f"{h}Stale allowances (the rules they allow now pass: remove them)", *_stale_lines(run, md), ""]
-    if md:
-        out += _reproduction_blocks(run)
-    out += [f"{h}Gate", esc(_gate_line(run))]
+    after = [f"{h}Gate", esc(_gate_line(run))]
     next_step = _next_step(run)
     if next_step:
-        out += ["", *[esc(line) for line in next_step]]
-    return "\n".join(out)
+        after += ["", *[esc(line) for line in next_step]]
+    if repro_files is not None:
+        out += _reproduction_files(repro_files, md)
+    elif md:
+        room = MARKDOWN_LIMIT - len("\n".join(out + after)) - 1
+        out += _reproduction_blocks(run, room)
+    return "\n".join(out + after)
 
 
-def _reproduction_blocks(run: Run) -> list[str]:
-    """Each failure's reproduction, folded (Markdown ``<details>``)."""
-    blocks = []
-    for lib, lr in run.libraries.items():
-        for r in lr.results:
-            source = reproduction(lib, r, lr.adapter)
-            if source is not None:
-                blocks += [f"<details><summary>{md_escape(run.label(lib))}: {md_escape(r.rule.id)}</summary>", "",
-                           "```python", source.rstrip(), "```", "</details>", ""]
-    if not blocks:
+def _failures(run: Run) -> list[tuple[str, Result, str]]:
+    """(library, result, adapter) of each failure with a reproduction, in report order."""
+    return [(lib, r, lr.adapter) for lib, lr in run.libraries.items() for r in lr.results
+            if reproducible(r, lr.adapter)]
+
+
+def _reproduction_blocks(run: Run, room: int) -> list[str]:
+    """Each failure's reproduction folded (Markdown ``<details>``), in
+    report order while they and the lines naming the rest take at most
+    ``room`` characters; for each of the others, the command that prints it."""
+    found = _failures(run)
+    if not found:
         return []
-    return ["## Reproductions (each runs with its library alone: python repro.py)", "", *blocks]
+    heading = ["## Reproductions (each runs with its library alone: python repro.py)", ""]
+    note = md_escape(f"Not folded in, to keep this report within {MARKDOWN_LIMIT:,} characters (a pull-request "
+                     "comment holds 65,536): each command prints its reproduction, and --repro-dir DIR writes "
+                     "every one as a file.")
+    named = [md_escape(f"- {lib}: {r.rule.id}: "
+                       f"{run.explain_command.replace('LIBRARY', lib).replace('RULE', r.rule.id)}")
+             for lib, r, _ in found]
+    blocks: list[str] = []
+    folded = 0
+    for lib, r, adapter in found:
+        block = [f"<details><summary>{md_escape(run.label(lib))}: {md_escape(r.rule.id)}</summary>", "",
+                 "```python", reproduction(lib, r, adapter).rstrip(), "```", "</details>", ""]
+        rest = named[folded + 1:]
+        if len("\n".join(heading + blocks + block + ([note, "", *rest, ""] if rest else []))) > room:
+            break
+        blocks += block
+        folded += 1
+    if folded < len(found):
+        blocks += [note, "", *named[folded:], ""]
+    return heading + blocks
+
+
+def _reproduction_files(files: dict[tuple[str, str], str], markdown: bool) -> list[str]:
+    """The files holding the reproductions, one line each."""
+    if not files:
+        return []
+    h, esc = ("## ", md_escape) if markdown else ("", lambda s: s)
+    return [f"{h}Reproductions (each runs with its library alone: python FILE)",
+            *[esc(f"- {lib}: {rule}: {path}") for (lib, rule), path in files.items()], ""]
+
+
+def write_reproductions(run: Run, folder: str) -> dict[tuple[str, str], str]:
+    """Each failure's reproduction written in ``folder`` as
+    ``LIBRARY.RULE.py`` (characters a file name cannot hold made ``_``);
+    returns (library, rule id) -> its path."""
+    paths: dict[tuple[str, str], str] = {}
+    taken: set[str] = set()
+    os.makedirs(folder, exist_ok=True)
+    for lib, r, adapter in _failures(run):
+        rule, source = r.rule.id, reproduction(lib, r, adapter)
+        stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{lib}.{rule}")
+        name, n = f"{stem}.py", 1
+        while name in taken:
+            n += 1
+            name = f"{stem}.{n}.py"
+        taken.add(name)
+        path = os.path.join(folder, name)
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(source)
+        paths[(lib, rule)] = path
+    return paths
 
 
 def to_json(run: Run) -> dict:

@@ -11,14 +11,14 @@ holds. Names (a module, a rule's text) enter it only as literals."""
 from __future__ import annotations
 
 from dlpack_ref.harness import registry
-from dlpack_ref.harness.bundle import bundle
+from dlpack_ref.harness.bundle import bundle, prune
 from dlpack_ref.harness.libraries.generic import generic_subject, hooked_subject
 
 from .model import Result, Status
 from .rules import entries
 from .rules.support import outcome, show
 
-__all__ = ["reproduction", "library_call"]
+__all__ = ["reproduction", "reproducible", "library_call"]
 
 #: The capsule factory's statement that installs its deleter and capsule
 #: destructor (dlpack_ref.testing.factory). The core keeps one such hook per
@@ -46,6 +46,13 @@ def library_call(spec: str, adapter: str) -> tuple[list, str]:
             f"producer, consumer, absent = generic_subject({module_name!r}, {attr or None!r})\ncuda_producer = None\n")
 
 
+def reproducible(result: Result, adapter: str = "known") -> bool:
+    """Whether :func:`reproduction` writes one for ``result``: a failure of
+    a library built in a fresh process (by its file, hook or the generic
+    adapter)."""
+    return result.status is Status.FAIL and adapter in ("known", "hook", "generic")
+
+
 def reproduction(spec: str, result: Result, adapter: str = "known") -> str | None:
     """Python source that shows ``result``'s failure with the library named
     by ``spec`` alone, or None when the rule did not fail.
@@ -64,7 +71,7 @@ def reproduction(spec: str, result: Result, adapter: str = "known") -> str | Non
     -------
     str or None
     """
-    if result.status is not Status.FAIL or adapter not in ("known", "hook", "generic"):
+    if not reproducible(result, adapter):
         return None
     entry = {e.rule.id: e for e in entries()}[result.rule.id]
     builders, binding = library_call(spec, adapter)
@@ -73,8 +80,8 @@ def reproduction(spec: str, result: Result, adapter: str = "known") -> str | Non
             "# verdict with that library alone (the rule's own check and the library's adapter, as they ran).",
             "# It prints 'expected:' and 'observed:' and exits 1 where the rule is broken, crashes where the",
             "# library crashed the checker, prints 'ok:' and exits 0 where the rule holds."]
-    source = bundle(entry.check, outcome, show, *builders, last=[entry.check, *builders])
+    call = f"show(RULE, outcome({entry.check.__name__}, {side}))\n"
+    source = prune(bundle(entry.check, outcome, show, *builders, last=[entry.check, *builders]), binding + call)
     retake = ("# the library's import may have taken the capsule factory's deleter hook: take it back\n"
               f"{_FACTORY_HOOK}\n") if f"\n{_FACTORY_HOOK}\n" in source else ""
-    call = f"show(RULE, outcome({entry.check.__name__}, {side}))\n"
-    return "\n".join(head) + "\n" + source + f"\n\nRULE = {result.rule.text!r}\n{binding}{retake}{call}"
+    return "\n".join(head) + "\n" + source + f"\nRULE = {result.rule.text!r}\n{binding}{retake}{call}"

@@ -23,8 +23,8 @@ Modules, each with one job:
     The report conventions: stdout is the report alone, progress on stderr,
     exit statuses, paths checked before a run, tables.
 ``bundle``
-    Self-contained Python from the definitions the checker runs (the
-    reproductions).
+    Self-contained Python from the definitions the checker runs, cut to
+    what a rule's code reaches (the reproductions).
 ``observe``
     An exception's name, a short message, values compared.
 

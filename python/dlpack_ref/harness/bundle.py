@@ -14,6 +14,10 @@ it cannot be in a reproduction.
 Definitions keep their names, so two modules whose needed definitions share
 a name cannot be bundled together (:class:`BundleError` says which).
 Decorators named ``rule`` (the rule tables' registration) are left out.
+
+A bundle follows names to whole definitions: a class comes with all its
+methods. :func:`prune` then cuts it to what the code run after it reaches,
+method by method, so that a reproduction carries only what its rule uses.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ import sys
 import textwrap
 from typing import Iterable
 
-__all__ = ["BundleError", "bundle", "definition_source"]
+__all__ = ["BundleError", "bundle", "definition_source", "prune"]
 
 #: Decorators that only register a definition in a table of the checker.
 _REGISTRATIONS = frozenset({"rule"})
@@ -119,6 +123,7 @@ class _Module:
         self.statements: dict[str, list[ast.stmt]] = {}   # name -> the statements that define it
         self.order: dict[int, int] = {}                    # id(statement) -> position
         self.imports: dict[str, tuple[str, str | None]] = {}  # local name -> (module, attribute or None)
+        self._uses: dict[int, set[str]] = {}                  # id(statement) -> the global names it reads
         for position, node in enumerate(self.tree.body):
             self.order[id(node)] = position
             if isinstance(node, ast.Import):
@@ -142,6 +147,12 @@ class _Module:
                     if isinstance(n, ast.Name) and n.id in self.statements:
                         self.statements[n.id].append(node)
                         break
+
+    def uses(self, node: ast.stmt) -> set[str]:
+        """:func:`_used_in` of one of this module's statements, found once."""
+        if id(node) not in self._uses:
+            self._uses[id(node)] = _used_in(node)
+        return self._uses[id(node)]
 
     def _absolute(self, node: ast.ImportFrom) -> str:
         if not node.level:
@@ -224,7 +235,7 @@ class _Bundle:
         if owner != module:
             raise BundleError(f"{name!r} is defined in both {owner} and {module}, and both are needed")
         statements = m.statements[name]
-        uses = set().union(*(_used_in(s) for s in statements)) - {name}
+        uses = set().union(*(m.uses(s) for s in statements)) - {name}
         if all(isinstance(s, (ast.Assign, ast.AnnAssign)) for s in statements) and not self._resolvable(m, uses):
             value = getattr(m.module, name)
             if not _frozen(value):
@@ -343,3 +354,182 @@ def definition_source(definition) -> str:
     """The source of one definition as :func:`bundle` writes it."""
     m = _module(definition.__module__)
     return "\n\n\n".join(m.source(s) for s in m.statements[definition.__name__])
+
+
+def prune(source: str, roots: str) -> str:
+    """``source`` (a bundle) cut to what ``roots``, the code run after it,
+    reaches: the definitions its names lead to, transitively, and of each
+    class kept, its dunder methods and the methods (and properties) whose
+    name some kept code uses as an attribute. Every kept statement stays as
+    written, with the comments above it; one blank line parts definitions,
+    none parts one-line constants and imports.
+
+    A method reached only through ``getattr`` with a name that is not a
+    literal is not seen: no bundled code does that.
+    """
+    tree = ast.parse(source)
+    reach = _Reach(tree.body, source.splitlines())
+    root = ast.parse(roots)
+    reach.add(_used_in(root), _attributes(root))
+    return _pruned_text(source, tree.body, reach)
+
+
+def _attributes(node: ast.AST) -> set[str]:
+    """The attribute names ``node`` reads or writes: ``x.name``, and the
+    literal names of ``getattr``, ``hasattr``, ``setattr``, ``delattr``."""
+    found = set()
+    for n in ast.walk(node):
+        if isinstance(n, ast.Attribute):
+            found.add(n.attr)
+        elif (isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
+              and n.func.id in ("getattr", "hasattr", "setattr", "delattr") and len(n.args) >= 2
+              and isinstance(n.args[1], ast.Constant) and isinstance(n.args[1].value, str)):
+            found.add(n.args[1].value)
+    return found
+
+
+def _defined_by(node: ast.stmt) -> set[str]:
+    """The top-level names a bundle's statement defines (imports included)."""
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return {node.name}
+    if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        return {n for t in targets for n in _assigned(t)}
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        return {(a.asname or a.name).split(".")[0] for a in node.names}
+    return set()
+
+
+def _is_method(node: ast.stmt) -> bool:
+    return isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+
+
+def _dunder(name: str) -> bool:
+    return name.startswith("__") and name.endswith("__")
+
+
+_FACTS: dict[str, tuple[set[str], set[str]]] = {}   # a statement's text -> what it uses
+
+
+class _Reach:
+    """The statements (by position) and methods (by class position and
+    name) that the names and attributes added so far lead to."""
+
+    def __init__(self, body: list[ast.stmt], lines: list[str]):
+        self.body, self.lines = body, lines
+        self.by_name: dict[str, list[int]] = {}
+        for i, node in enumerate(body):
+            names = _defined_by(node)
+            if isinstance(node, ast.Expr):  # a call at import time goes with the definitions it uses
+                names = _used_in(node)
+            for name in names:
+                self.by_name.setdefault(name, []).append(i)
+        self.kept: set[int] = set()
+        self.methods: dict[int, set[str]] = {}   # class position -> kept method names
+        self.names: set[str] = set()
+        self.attributes: set[str] = set()
+
+    def add(self, names: set[str], attributes: set[str]) -> None:
+        pending = [(names, attributes)]
+        while pending:
+            names, attributes = pending.pop()
+            fresh_attributes = attributes - self.attributes
+            self.attributes |= attributes
+            for name in names - self.names:
+                self.names.add(name)
+                for i in self.by_name.get(name, ()):
+                    if i not in self.kept:
+                        self.kept.add(i)
+                        pending.append(self._statement(i))
+            for i in self.methods if fresh_attributes else ():
+                pending += self._methods(i, fresh_attributes)
+
+    def _statement(self, i: int) -> tuple[set[str], set[str]]:
+        node = self.body[i]
+        if not isinstance(node, ast.ClassDef):
+            return self._facts(node)
+        self.methods[i] = set()
+        names, attributes = set(), set()
+        for part in [*node.bases, *node.keywords, *node.decorator_list,
+                     *(s for s in node.body if not _is_method(s))]:
+            if not (part in node.decorator_list and _registration(part)):
+                names |= {n.id for n in ast.walk(part) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+                attributes |= _attributes(part)
+        method_names = {s.name for s in node.body if _is_method(s)}
+        for more_names, more_attributes in self._methods(i, {n for n in method_names if _dunder(n)} | self.attributes):
+            names |= more_names
+            attributes |= more_attributes
+        return names, attributes
+
+    def _facts(self, node: ast.stmt) -> tuple[set[str], set[str]]:
+        """(the global names, the attribute names) a function or statement
+        uses, found once per text: reproductions share most definitions."""
+        text = "\n".join(self.lines[_first_line(node) - 1:node.end_lineno])
+        if text not in _FACTS:
+            _FACTS[text] = (_used_in(node), _attributes(node))
+        return _FACTS[text]
+
+    def _methods(self, i: int, wanted: set[str]) -> list[tuple[set[str], set[str]]]:
+        """Keep the methods of class ``i`` named in ``wanted``; what they use."""
+        found = []
+        for s in self.body[i].body:
+            if _is_method(s) and s.name in wanted and s.name not in self.methods[i]:
+                found.append(self._facts(s))
+        self.methods[i] |= {s.name for s in self.body[i].body if _is_method(s) and s.name in wanted}
+        return found
+
+
+def _pruned_text(source: str, body: list[ast.stmt], reach: _Reach) -> str:
+    lines = source.splitlines()
+    out: list[str] = []
+    before = None   # the kind of the one-line statement without comments just written, else None
+    end = 0
+    for i, node in enumerate(body):
+        start, gap = _first_line(node), lines[end:_first_line(node) - 1]
+        end = node.end_lineno
+        if i not in reach.kept and not (isinstance(node, ast.ImportFrom) and node.module == "__future__"):
+            continue
+        code = _class_lines(lines, node, reach.methods[i]) if isinstance(node, ast.ClassDef) else lines[start - 1:end]
+        comments = _tidy(gap)
+        kind = ("import" if isinstance(node, (ast.Import, ast.ImportFrom)) else "constant") \
+            if not comments and len(code) == 1 else None
+        if out and (kind is None or kind != before):
+            out.append("")
+        out += comments + code
+        before = kind
+    return "\n".join(out) + "\n"
+
+
+def _first_line(node: ast.stmt) -> int:
+    return min([d.lineno for d in getattr(node, "decorator_list", [])] + [node.lineno])
+
+
+def _tidy(gap: list[str]) -> list[str]:
+    """The comment lines between two statements, each run of blank lines
+    made one, none before them (one after them parts a heading from what
+    follows)."""
+    kept: list[str] = []
+    for line in gap:
+        if line.strip() or (kept and kept[-1].strip()):
+            kept.append(line)
+    return kept
+
+
+def _class_lines(lines: list[str], node: ast.ClassDef, methods: set[str]) -> list[str]:
+    """A class's lines without the methods not in ``methods`` (each with the
+    comments above it), one blank line where the class had any between two
+    statements; ``pass`` in a class left with none."""
+    end = max([node.lineno] + [b.end_lineno for b in [*node.bases, *node.keywords]])
+    out = lines[_first_line(node) - 1:end]
+    body = len(out)
+    for s in node.body:
+        gap, end = lines[end:_first_line(s) - 1], s.end_lineno
+        if _is_method(s) and s.name not in methods:
+            continue
+        if len(out) > body and any(not line.strip() for line in gap):
+            out.append("")
+        out += _tidy(gap) + lines[_first_line(s) - 1:s.end_lineno]
+    if len(out) == body:
+        line = lines[node.body[0].lineno - 1]
+        out.append(line[:len(line) - len(line.lstrip())] + "pass")
+    return out

@@ -105,7 +105,7 @@ def exported_values(x):
     return readable("the values of the export", must_succeed("the plain export __dlpack__()", lambda: export_any(x)))
 
 
-def own_values(p, x):
+def values_by_its_own_means(p, x):
     """The library's own reading of x's values; NotSupported when it
     raises (there is then nothing to compare the export with)."""
     try:
@@ -194,7 +194,7 @@ def zero_dim(p) -> str:
     if info["ndim"] != 0:
         raise CheckFailed(f"ndim {info['ndim']} for a 0-d array")
     p.twice("reading the exported value")
-    got, want = exported_values(x), own_values(p, x)
+    got, want = exported_values(x), values_by_its_own_means(p, x)
     if not same_values(got, want):
         raise CheckFailed(f"exported value {got!r}, the library reports {want!r}")
     return f"ndim 0, value {got!r}"

@@ -1,0 +1,138 @@
+"""What a reproduction and a report weigh, for where the docs send them: a
+reproduction carries only the definitions its rule's code reaches, the
+sizes docs/conformance.md gives are the real ones, a Markdown report of one
+library fits a pull-request comment (65,536 characters) and one of every
+library a job summary (1 MiB), and ``--repro-dir`` writes the reproductions
+beside the report instead."""
+
+import json
+import re
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dlpack_ref.conformance import report
+from dlpack_ref.conformance.gate import AllowList
+from dlpack_ref.conformance.model import Result, Status
+from dlpack_ref.conformance.reproduce import reproduction
+from dlpack_ref.conformance.rules import entries
+from dlpack_ref.harness.output import EXIT_FAILED, EXIT_USAGE
+from dlpack_ref.harness.registry import KNOWN
+from support import command
+
+pytestmark = pytest.mark.harness
+
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+BROKEN = "support.broken_consumer:from_dlpack"
+PR_COMMENT, JOB_SUMMARY = 65_536, 1 << 20
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _support_importable():
+    """The checker's children import the test doubles by spec, from tests/ on PYTHONPATH."""
+    with command.support_importable():
+        yield
+
+
+def _lines(spec: str, rule_id: str, adapter: str = "known") -> list[str]:
+    entry = {e.rule.id: e for e in entries()}[rule_id]
+    return reproduction(spec, Result(entry.rule, Status.FAIL, "x"), adapter).splitlines()
+
+
+def test_a_reproduction_carries_only_what_its_rule_reaches():
+    source = "\n".join(_lines("numpy", "producer.dlpack_device_type"))
+    # a producer rule makes no capsule and reads none: no factory, no reader
+    for absent in ("class CapsuleFactory", "def read_values", "def read_capsule", "class ForeignProducer"):
+        assert absent not in source
+    # of the Producer, the method the rule calls, not those it does not
+    assert "def make(self, dtype: str, shape: tuple, readonly: bool = False):" in source
+    assert "def exports_once(self)" not in source and "def twice(self" not in source
+    assert len(source.splitlines()) <= 250
+
+
+def _sizes() -> dict[str, list[int]]:
+    """Lines of the reproduction of each rule with NumPy's adapter, by side."""
+    sizes: dict[str, list[int]] = {}
+    for e in entries():
+        sizes.setdefault(e.side, []).append(len(_lines("numpy", e.rule.id)))
+    return sizes
+
+
+def test_the_sizes_docs_give_are_the_real_ones():
+    page = (DOCS / "conformance.md").read_text(encoding="utf-8")
+    sizes = _sizes()
+    for side, lines in sizes.items():
+        lines.sort()
+        said = (f"a {'CUDA' if side == 'cuda' else side} rule's {lines[0]} to {lines[-1]} lines "
+                f"(median {statistics.median(lines):g})")
+        assert said in " ".join(page.split()), said
+    assert statistics.median(sizes["producer"]) <= 350
+
+
+def _synthetic_run(libraries: list[str]) -> report.Run:
+    """Every rule failing for each of ``libraries`` (their known adapters),
+    with a full exchange matrix: the largest report they can make."""
+    rules = [e.rule for e in entries()]
+    runs = {lib: report.LibraryRun(lib, "1.0", [Result(rule, Status.FAIL, "the detail of a failure, as long as a "
+                                                       "real one: " + "x" * 80, "TypeError", "y" * 120, lib)
+                                                for rule in rules]) for lib in libraries}
+    matrix = {(p, c): {"works": True, "zero_copy": True, "values_ok": True} for p in libraries for c in libraries}
+    failed = [r for lr in runs.values() for r in lr.results]
+    return report.Run(runs, [], {}, matrix, AllowList(), None, failed, [], EXIT_FAILED)
+
+
+def test_every_library_failing_every_rule_fits_a_job_summary():
+    text = report.render(_synthetic_run(list(KNOWN)), "markdown")
+    assert len(text) < JOB_SUMMARY
+    assert "<details>" not in text   # no room left: each failure named with the command that prints it
+    assert "- numpy: consumer.shape\\_null: python -m dlpack\\_ref check --library numpy --explain " \
+           "consumer.shape\\_null" in text
+
+
+def test_one_library_failing_every_rule_fits_a_pull_request_comment():
+    text = report.render(_synthetic_run(["numpy"]), "markdown")
+    assert len(text) <= report.MARKDOWN_LIMIT < PR_COMMENT
+    folded = re.findall(r"<details><summary>numpy: (\S+)</summary>", text)
+    named = re.findall(r"^- numpy: (\S+): python -m dlpack\\_ref check", text, re.M)
+    assert folded and named   # some fit, the others are named
+    assert [r.replace("\\_", "_") for r in folded + named] == [e.rule.id for e in entries()]
+
+
+def test_a_librarys_markdown_report_fits_a_pull_request_comment():
+    pytest.importorskip("numpy")
+    rc, out, err = command.run(["check", "--library", "numpy", "--format", "markdown"])
+    assert rc in (0, 1), err[-2000:]
+    assert len(out) < PR_COMMENT
+    if rc == 1:
+        assert "## Reproductions" in out and "<details>" in out
+
+
+def test_repro_dir_writes_each_reproduction_beside_the_report(tmp_path):
+    folder, json_file = tmp_path / "repros", tmp_path / "report.json"
+    rc, out, err = command.run(["check", "--library", BROKEN, "--no-matrix", "--format", "markdown",
+                                "--repro-dir", str(folder), "--json", str(json_file)])
+    assert rc == EXIT_FAILED, err[-2000:]
+    [lib] = json.loads(json_file.read_text())["libraries"]
+    wanted = {r["check"]: r["reproduction"] for r in lib["results"] if r["reproduction"]}
+    assert sorted(wanted) == ["consumer.copy_true", "consumer.shape_null"]
+    for rule, source in wanted.items():
+        path = folder / f"support.broken_consumer_from_dlpack.{rule}.py"
+        assert path.read_text() == source
+        assert report.md_escape(f"- {BROKEN}: {rule}: {path}") in out
+    assert "<details>" not in out
+    run = subprocess.run([sys.executable, str(folder / "support.broken_consumer_from_dlpack.consumer.copy_true.py")],
+                         capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert run.returncode == 1
+    assert run.stdout.splitlines()[-1] == "observed: copy=True imported in place (same pointer)"
+
+
+def test_a_repro_dir_that_cannot_be_made_is_a_usage_error_before_anything_runs(tmp_path):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    rc, out, err = command.run(["check", "--library", "dlpack_ref", "--repro-dir", str(blocker / "repros")])
+    assert rc == EXIT_USAGE and out == ""
+    assert f"error: --repro-dir {blocker / 'repros'}: Not a directory" in err
+    assert "checks" not in err
