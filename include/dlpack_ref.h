@@ -2154,7 +2154,7 @@ static inline int dlpack_ref_exchange_allocate(DLTensor* prototype, DLManagedTen
     head = (sizeof(DLManagedTensorVersioned) + 2 * (size_t)prototype->ndim * sizeof(int64_t) + ALIGN - 1)
            / ALIGN * ALIGN;
     if (count == -2 || count > (INT64_MAX - 7) / bits
-            || (nbytes = dlpack_ref_nbytes(count, bits)) > (int64_t)PY_SSIZE_T_MAX - (int64_t)head - ALIGN)
+            || (nbytes = dlpack_ref_nbytes(count, bits)) > (int64_t)(SIZE_MAX / 2) - (int64_t)head - ALIGN)
         return dlpack_ref_priv_alloc_error(ctx, set_error, "ValueError",
                                            "the allocator's prototype has more bytes than fit in memory");
     m = (DLManagedTensorVersioned*)malloc(head + (size_t)nbytes + ALIGN);

@@ -72,6 +72,8 @@ FILES = {
     f"{RESULTS}/pool_threshold.json": ("python benchmarks/pool_threshold.py", "NumPy; 2 cores or more"),
     f"{RESULTS}/callgrind_adopter.json": ("python benchmarks/callgrind_adopter.py",
                                           "valgrind, a C and C++ compiler, Cython, pybind11, nanobind, CMake, NumPy"),
+    f"{RESULTS}/adoption_producer.json": ("python benchmarks/adoption_producer.py",
+                                          "the two numkong builds of adoption/run.sh numkong; valgrind for the counts"),
     f"{RESULTS}/ecosystem_1.json": (f"python -m dlpack_ref check --format json > {RESULTS}/ecosystem_1.json",
                                     "NumPy, PyTorch, JAX, array-api-strict, tvm-ffi, cuda.core, pyarrow"),
     f"{RESULTS}/ecosystem_2.json": (
@@ -152,7 +154,7 @@ def _versions_text(versions: dict) -> str:
 
 
 # Files of instruction counts, which the load does not move.
-COUNTS = {"callgrind_adopter"}
+COUNTS = {"callgrind_adopter", "adoption_producer"}
 
 
 # --------------------------------------------------------------------------
@@ -485,6 +487,34 @@ def adopter_table(sources, args) -> str:
 
 
 # --------------------------------------------------------------------------
+# A real producer on the header: benchmarks/results/adoption_producer.json
+
+
+def adoption_producer_run(sources, args) -> str:
+    src = sources[0]
+    d = src.need()
+    st = d.get("settings", {})
+    return _run_line(src, f"instructions per call over {st.get('loops')} and {2 * st.get('loops', 0)} calls "
+                          "(counts do not move with the load)")
+
+
+def adoption_producer_table(sources, args) -> str:
+    rows = [r for r in sources[0].need()["rows"] if "instructions" in r]
+    if not rows:
+        return "The run counted no instructions (valgrind was missing)."
+    lines = ["| call, 16 float32 | numkong released | numkong adopted | adopted / released | NumPy's ndarray |",
+             "|---|---|---|---|---|"]
+    for r in rows:
+        n = r["instructions"]
+        lines.append(f"| `{r['call']}` | {n['released']:.0f} | {n['adopted']:.0f} | {r['instruction_ratio']:.2f} "
+                     f"| {n['ndarray']:.0f} |")
+    over = [r["call"] for r in rows if r["instruction_ratio"] > 1.0]
+    verdict = ("adopted at most released on every call" if not over
+               else "adopted over released on: " + ", ".join(f"`{c}`" for c in over))
+    return "Instructions per call:\n\n" + "\n".join(lines) + f"\n\nTarget (adopted / released <= 1.0): {verdict}."
+
+
+# --------------------------------------------------------------------------
 # dlpack-ref check: benchmarks/results/ecosystem_*.json
 
 _MARK = {"pass": "ok", "fail": "FAIL", "not supported": "n/s", "error": "ERR"}
@@ -638,6 +668,8 @@ FIGURES: dict[str, tuple[str, Callable[[list[Source], list[str]], str]]] = {
     "pool-threshold": ("pool_threshold", pool_threshold),
     "adopter-run": ("callgrind_adopter", adopter_run),
     "adopter-table": ("callgrind_adopter", adopter_table),
+    "adoption-producer-run": ("adoption_producer", adoption_producer_run),
+    "adoption-producer-table": ("adoption_producer", adoption_producer_table),
     "ecosystem-summary": ("ecosystem", ecosystem_summary),
     "ecosystem-rules": ("ecosystem", ecosystem_rules),
     "ecosystem-exchange": ("ecosystem", ecosystem_exchange),
