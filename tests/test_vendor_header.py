@@ -72,6 +72,19 @@ def test_the_header_compiles_alone_with_every_warning_an_error(tmp_path, vendore
     assert out.returncode == 0, out.stderr[-4000:]
 
 
+def test_the_header_compiles_where_c_library_headers_come_before_python_h(tmp_path, vendored):
+    # A library may include <math.h> and <string.h> before Python.h (numkong
+    # does) and build as strict C11: the C library is then read without the
+    # POSIX names Python.h would have asked for, such as SSIZE_MAX.
+    if shutil.which("gcc") is None:
+        pytest.skip("no gcc")
+    (tmp_path / "probe.c").write_text("#include <math.h>\n#include <string.h>\n" + PROBE)
+    out = subprocess.run(["gcc", "-std=c11", "-Wall", "-Werror", "-isystem", sysconfig.get_paths()["include"],
+                          f"-I{vendored}", "-c", str(tmp_path / "probe.c"), "-o", str(tmp_path / "probe.o")],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-4000:]
+
+
 def test_the_header_needs_nothing_but_the_vendored_files(tmp_path, vendored):
     # Without the generated tables beside it the header does not compile:
     # the three files are the whole set, and the tables one of them.
