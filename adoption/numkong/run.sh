@@ -43,7 +43,7 @@ if [[ ! -f deps/ready ]]; then
     "$python" -m pip wheel -q --no-deps "$repo" -w wheels
     "$python" -m venv deps
     # shellcheck disable=SC2086
-    deps/bin/python -m pip install -q setuptools numpy ml_dtypes pytest pytest-repeat tabulate $extras \
+    deps/bin/python -m pip install -q setuptools wheel numpy ml_dtypes pytest pytest-repeat tabulate $extras \
         wheels/dlpack_ref-*.whl
     touch deps/ready
 fi
@@ -52,7 +52,8 @@ deps_site=$(deps/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["p
 build() {   # build NAME: a venv with numkong NAME (released, adopted) installed
     local name=$1 venv=$work/$1 src=$work/src-$1
     rm -rf "$venv" "$src"
-    "$python" -m venv "$venv"
+    # No pip or setuptools of its own: deps' (newer) ones, through the .pth file.
+    "$python" -m venv --without-pip "$venv"
     echo "$deps_site" > "$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/deps.pth"
     mkdir -p "$src"
     tar xzf "numkong-$version.tar.gz" -C "$src" --strip-components=1
