@@ -12,7 +12,8 @@ with the commands docs/vendoring.md prints (tests/support/adopter_recipe.py).
 and each keeps its minimum), beside the instruction counts.
 
 Targets: an adopter's import costs at most numpy.from_dlpack of a NumPy
-array; its export at most ndarray.__dlpack__. The counts, with the run that
+array; its export at most ndarray.__dlpack__; its __dlpack_device__ at most
+ndarray.__dlpack_device__. The counts, with the run that
 made them (the command, the machine, the versions of Python, NumPy, Cython,
 pybind11, nanobind and the compilers, the loops), go to
 benchmarks/results/callgrind_adopter.json; tools/docs_figures.py renders it
@@ -42,9 +43,12 @@ for _a in ADOPTERS:
                                          f"{_a}.from_dlpack(x)")
     CASES[f"{_a}.Tensor.__dlpack__()"] = (_made, "t.__dlpack__()")
     CASES[f"{_a}.Tensor.__dlpack__(max_version)"] = (_made, "t.__dlpack__(max_version=(1, 3))")
+    CASES[f"{_a}.Tensor.__dlpack_device__()"] = (_made, "t.__dlpack_device__()")
     TARGETS += [(f"{_a}.from_dlpack(numpy)", "numpy.from_dlpack(numpy)", 1.0),
+                (f"{_a}.Tensor.__dlpack_device__()", "ndarray.__dlpack_device__()", 1.0),
                 (f"{_a}.Tensor.__dlpack__()", "ndarray.__dlpack__()", 1.0),
                 (f"{_a}.Tensor.__dlpack__(max_version)", "ndarray.__dlpack__(max_version)", 1.0)]
+CASES["ndarray.__dlpack_device__()"] = ("import numpy as np\nx = np.zeros(16, np.float32)", "x.__dlpack_device__()")
 CASES["ndarray.__dlpack__(max_version)"] = ("import numpy as np\nx = np.zeros(16, np.float32)",
                                             "x.__dlpack__(max_version=(1, 3))")
 
@@ -69,6 +73,7 @@ def clock(folder: Path, rounds: int = 31) -> None:
         "numpy.from_dlpack(numpy)": lambda: np.from_dlpack(x),
         "ndarray.__dlpack__()": lambda: x.__dlpack__(),
         "ndarray.__dlpack__(max_version)": lambda: x.__dlpack__(max_version=(1, 3)),
+        "ndarray.__dlpack_device__()": lambda: x.__dlpack_device__(),
     }
     for name in ADOPTERS:
         spec = importlib.util.spec_from_file_location(name, folder / (name + sysconfig.get_config_var("EXT_SUFFIX")))
@@ -78,6 +83,7 @@ def clock(folder: Path, rounds: int = 31) -> None:
         calls[f"{name}.from_dlpack(numpy)"] = lambda m=module: m.from_dlpack(x)
         calls[f"{name}.Tensor.__dlpack__()"] = lambda t=t: t.__dlpack__()
         calls[f"{name}.Tensor.__dlpack__(max_version)"] = lambda t=t: t.__dlpack__(max_version=(1, 3))
+        calls[f"{name}.Tensor.__dlpack_device__()"] = lambda t=t: t.__dlpack_device__()
     best = compare(calls, rounds=rounds)
     print(f"\nwall clock, interleaved minimum of {rounds} rounds (ns per call):")
     for case, reference, _ in TARGETS:

@@ -32,6 +32,7 @@
  *   - export: the one allocation block, its deleters, capsule destructors
  *   - export of memory owned by a C reference count (dlpack_ref_counted):
  *     deleters that need no Python
+ *   - export of memory with the library's own release function (ctx, release)
  *   - import: claiming a capsule, adopting and releasing a managed tensor,
  *     the exchange table of a type, importing any capsule
  *   - fast calls: interned names, memoized method and table lookups
@@ -696,7 +697,11 @@ static inline void dlpack_ref_counted_release(dlpack_ref_counted* c) {
 #define DLPACK_REF_PRIV_CACHED_NDIM 4
 #define DLPACK_REF_PRIV_CACHE_SLOTS 8
 #define DLPACK_REF_PRIV_CACHED_BYTES \
-    (sizeof(DLManagedTensorVersioned) + 2 * DLPACK_REF_PRIV_CACHED_NDIM * sizeof(int64_t))
+    (sizeof(DLManagedTensorVersioned) + 2 * DLPACK_REF_PRIV_CACHED_NDIM * sizeof(int64_t) + DLPACK_REF_PRIV_FN_TAIL)
+/* Every block of this family has room for a function pointer after shape
+ * and strides: where an export of memory with its own release function
+ * (below) keeps that function. */
+#define DLPACK_REF_PRIV_FN_TAIL sizeof(void (*)(void*))
 static void* dlpack_ref_priv_block_cache[DLPACK_REF_PRIV_CACHE_SLOTS];
 
 #if defined(_MSC_VER) && !defined(__clang__)
@@ -714,10 +719,12 @@ static inline int dlpack_ref_priv_slot_give(void** slot, void* block) {
 #endif
 
 /* A block for a managed struct of `head` bytes (at most a versioned one's)
- * with the shape and strides of `ndim` dimensions; NULL when out of memory. */
+ * with the shape and strides of `ndim` dimensions and a function pointer;
+ * NULL when out of memory. */
 static inline void* dlpack_ref_priv_counted_alloc(size_t head, int32_t ndim) {
     int i;
-    if (ndim > DLPACK_REF_PRIV_CACHED_NDIM) return malloc(head + 2 * (size_t)ndim * sizeof(int64_t));
+    if (ndim > DLPACK_REF_PRIV_CACHED_NDIM)
+        return malloc(head + 2 * (size_t)ndim * sizeof(int64_t) + DLPACK_REF_PRIV_FN_TAIL);
     for (i = 0; i < DLPACK_REF_PRIV_CACHE_SLOTS; ++i) {
         void* block;
         if (DLPACK_REF_PRIV_SLOT_LOAD(&dlpack_ref_priv_block_cache[i]) == NULL) continue;
@@ -783,6 +790,74 @@ static inline PyObject* dlpack_ref_export_legacy_counted(const DLTensor* tensor,
     m->manager_ctx = memory;
     m->deleter = dlpack_ref_api_delete_counted_legacy;
     return dlpack_ref_api_wrap_legacy(m);
+}
+
+/* --- export of memory with the library's own release function -------------
+ * A library whose buffers are not Python objects (a C allocation with its own
+ * reference count, a pool, memory mapped from a file) exports them with `ctx`
+ * (whatever identifies the buffer to it) and `release`, its function that
+ * gives the buffer back. The caller makes one hold on the buffer for the
+ * export (its own retain) and hands that hold over: `release(ctx)` is called
+ * exactly once, by the deleter when the consumer is done with the capsule,
+ * or before the export returns NULL when no capsule could be made. The
+ * deleter itself needs no GIL, thread state or interpreter (its block comes
+ * from malloc), so `release` decides what it needs: it may run on any
+ * thread, with or without the GIL, during or after finalization. */
+
+typedef void (*dlpack_ref_priv_release_fn)(void* ctx);
+
+/* Where a block of this family keeps its release function. */
+static inline dlpack_ref_priv_release_fn* dlpack_ref_priv_release_slot(const DLTensor* t) {
+    return (dlpack_ref_priv_release_fn*)(void*)(t->shape + 2 * (size_t)t->ndim);
+}
+
+static inline void dlpack_ref_api_delete_released_versioned(DLManagedTensorVersioned* self) {
+    dlpack_ref_priv_release_fn release = *dlpack_ref_priv_release_slot(&self->dl_tensor);
+    void* ctx = self->manager_ctx;
+    dlpack_ref_priv_counted_free(self, self->dl_tensor.ndim);
+    release(ctx);
+}
+
+static inline void dlpack_ref_api_delete_released_legacy(DLManagedTensor* self) {
+    dlpack_ref_priv_release_fn release = *dlpack_ref_priv_release_slot(&self->dl_tensor);
+    void* ctx = self->manager_ctx;
+    dlpack_ref_priv_counted_free(self, self->dl_tensor.ndim);
+    release(ctx);
+}
+
+/* A `dltensor_versioned` capsule describing `tensor` (shape and strides
+ * copied, NULL strides made row-major) whose deleter calls release(ctx);
+ * NULL with the error set, release(ctx) then called already. */
+static inline PyObject* dlpack_ref_export_versioned_released(const DLTensor* tensor, void* ctx,
+                                                            void (*release)(void* ctx), uint64_t flags) {
+    DLManagedTensorVersioned* m;
+    if (dlpack_ref_priv_check_export(tensor) < 0) goto fail;
+    m = (DLManagedTensorVersioned*)dlpack_ref_priv_counted_alloc(sizeof(DLManagedTensorVersioned), tensor->ndim);
+    if (m == NULL) { PyErr_NoMemory(); goto fail; }
+    dlpack_ref_priv_versioned(m, tensor, flags, ctx, dlpack_ref_api_delete_released_versioned);
+    *dlpack_ref_priv_release_slot(&m->dl_tensor) = release;
+    return dlpack_ref_api_wrap_versioned(m);
+fail:
+    DLPACK_REF_PRIV_KEEP_ERROR(release(ctx));
+    return NULL;
+}
+
+/* A legacy `dltensor` capsule describing `tensor` whose deleter calls
+ * release(ctx); NULL with the error set, release(ctx) then called already. */
+static inline PyObject* dlpack_ref_export_legacy_released(const DLTensor* tensor, void* ctx,
+                                                         void (*release)(void* ctx)) {
+    DLManagedTensor* m;
+    if (dlpack_ref_priv_check_export(tensor) < 0) goto fail;
+    m = (DLManagedTensor*)dlpack_ref_priv_counted_alloc(sizeof(DLManagedTensor), tensor->ndim);
+    if (m == NULL) { PyErr_NoMemory(); goto fail; }
+    dlpack_ref_api_fill(&m->dl_tensor, tensor, (int64_t*)(m + 1));
+    *dlpack_ref_priv_release_slot(&m->dl_tensor) = release;
+    m->manager_ctx = ctx;
+    m->deleter = dlpack_ref_api_delete_released_legacy;
+    return dlpack_ref_api_wrap_legacy(m);
+fail:
+    DLPACK_REF_PRIV_KEEP_ERROR(release(ctx));
+    return NULL;
 }
 
 /* --- import: capsule or producer -> owned tensor --------------------------- */
@@ -1717,6 +1792,24 @@ static inline PyObject* dlpack_ref_export_plan_capsule_counted(dlpack_ref_export
     return capsule;
 }
 
+/* The capsule of a plan whose in-place memory the library holds by `ctx`
+ * and gives back with `release` (see "export of memory with the library's
+ * own release function"): the caller made one hold for it, which this call
+ * takes over in every case. A copy (copy=True, or a dl_device that needs
+ * one) is owned by the copy's owner instead, and the hold is given back at
+ * once. The plan is used up. */
+static inline PyObject* dlpack_ref_export_plan_capsule_released(dlpack_ref_export_plan* plan, void* ctx,
+                                                                void (*release)(void* ctx)) {
+    PyObject* capsule;
+    if (plan->copy_owner != NULL) {
+        capsule = dlpack_ref_export_plan_capsule(plan);
+        DLPACK_REF_PRIV_KEEP_ERROR(release(ctx));
+        return capsule;
+    }
+    return plan->versioned ? dlpack_ref_export_versioned_released(plan->tensor, ctx, release, plan->flags)
+                           : dlpack_ref_export_legacy_released(plan->tensor, ctx, release);
+}
+
 /* __dlpack__(*, stream=None, max_version=None, dl_device=None, copy=None)
  * of the array `p` describes, its arguments already unpacked: the capsule of
  * dlpack_ref_producer_plan's decision, owned by p->owner (or the copy's
@@ -1769,23 +1862,35 @@ static inline PyObject* dlpack_ref_producer_dlpack(const dlpack_ref_producer* p,
     return dlpack_ref_producer_export(p, v[0], v[1], v[2], v[3]);
 }
 
+/* __dlpack__'s arguments as a METH_FASTCALL | METH_KEYWORDS method receives
+ * them (`args`, `nargs`, `kwnames`), into out[0..3]: stream, max_version,
+ * dl_device, copy (borrowed; None where not passed). 0, or -1 with the
+ * TypeError of a positional or unknown argument. For a producer that builds
+ * its capsule itself (dlpack_ref_producer_plan and one of the plan's exports). */
+static inline int dlpack_ref_dlpack_args(PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames,
+                                         PyObject** out) {
+    const dlpack_ref_names* n;
+    Py_ssize_t k, nk;
+    int i;
+    out[0] = out[1] = out[2] = out[3] = Py_None;
+    if (nargs != 0) { dlpack_ref_priv_no_positional(nargs); return -1; }
+    if (kwnames != NULL && (nk = PyTuple_GET_SIZE(kwnames)) != 0) {
+        if ((n = dlpack_ref_protocol_names()) == NULL) return -1;
+        for (k = 0; k < nk; ++k) {
+            if ((i = dlpack_ref_priv_dlpack_arg(n, PyTuple_GET_ITEM(kwnames, k))) < 0) return -1;
+            out[i] = args[k];
+        }
+    }
+    return 0;
+}
+
 /* The same call for a method defined with METH_FASTCALL | METH_KEYWORDS
  * (vectorcall: no argument tuple or keyword dict is built), the faster
  * entry: `args`, `nargs` and `kwnames` as the method receives them. */
 static inline PyObject* dlpack_ref_producer_dlpack_fast(const dlpack_ref_producer* p, PyObject* const* args,
                                                         Py_ssize_t nargs, PyObject* kwnames) {
-    const dlpack_ref_names* n;
-    PyObject* v[4] = {Py_None, Py_None, Py_None, Py_None};
-    Py_ssize_t k, nk;
-    int i;
-    if (nargs != 0) return dlpack_ref_priv_no_positional(nargs);
-    if (kwnames != NULL && (nk = PyTuple_GET_SIZE(kwnames)) != 0) {
-        if ((n = dlpack_ref_protocol_names()) == NULL) return NULL;
-        for (k = 0; k < nk; ++k) {
-            if ((i = dlpack_ref_priv_dlpack_arg(n, PyTuple_GET_ITEM(kwnames, k))) < 0) return NULL;
-            v[i] = args[k];
-        }
-    }
+    PyObject* v[4];
+    if (dlpack_ref_dlpack_args(args, nargs, kwnames, v) < 0) return NULL;
     return dlpack_ref_producer_export(p, v[0], v[1], v[2], v[3]);
 }
 
@@ -1819,16 +1924,69 @@ static inline PyObject* dlpack_ref_device_enum(void) {
     return dlpack_ref_priv_device_enum;
 }
 
+/* __dlpack_device__ answers are made once and kept: the DeviceType member of
+ * each device type, and the (member, id) tuple of each device with an id
+ * below DLPACK_REF_PRIV_ANSWER_IDS, in slots of this translation unit filled
+ * at first use. A call is then a load and an incref, as NumPy's answer is
+ * (calling the enum class and building a tuple per call costs eight times
+ * as many instructions). Slots are published with one compare-and-swap: two
+ * threads that fill one at once (free threading) keep the first answer. */
+#define DLPACK_REF_PRIV_ANSWER_TYPES 64
+#define DLPACK_REF_PRIV_ANSWER_IDS 16
+static PyObject* dlpack_ref_priv_device_members[DLPACK_REF_PRIV_ANSWER_TYPES];
+static PyObject* dlpack_ref_priv_device_answers[DLPACK_REF_PRIV_ANSWER_TYPES][DLPACK_REF_PRIV_ANSWER_IDS];
+
+#if defined(_MSC_VER) && !defined(__clang__)
+#define DLPACK_REF_PRIV_SLOT_ACQUIRE(slot) (*(PyObject* volatile*)(slot))
+#else
+#define DLPACK_REF_PRIV_SLOT_ACQUIRE(slot) __atomic_load_n((slot), __ATOMIC_ACQUIRE)
+#endif
+
+/* Keep `made` in an empty `slot` (the slot owns the reference) and return
+ * what the slot holds: `made`, or an answer another thread kept first
+ * (`made` is then dropped). Borrowed reference. */
+static inline PyObject* dlpack_ref_priv_keep_answer(PyObject** slot, PyObject* made) {
+    if (DLPACK_REF_PRIV_SLOT_GIVE((void**)slot, made)) return made;
+    Py_DECREF(made);
+    return DLPACK_REF_PRIV_SLOT_ACQUIRE(slot);
+}
+
+/* The DeviceType member of device type `type` (borrowed reference; NULL with
+ * the enum's ValueError for a type DLPack does not define). */
+static inline PyObject* dlpack_ref_priv_device_member(int32_t type) {
+    PyObject *cls, *member;
+    int cached = type >= 0 && type < DLPACK_REF_PRIV_ANSWER_TYPES;
+    if (cached && (member = DLPACK_REF_PRIV_SLOT_ACQUIRE(&dlpack_ref_priv_device_members[type])) != NULL)
+        return member;
+    if ((cls = dlpack_ref_device_enum()) == NULL) return NULL;
+    if ((member = PyObject_CallFunction(cls, "i", (int)type)) == NULL) return NULL;
+    if (!cached) {   /* the enum has no value past the slots; no slot, so no borrowed reference to hand out */
+        Py_DECREF(member);
+        PyErr_Format(PyExc_ValueError, "%d is not a valid DeviceType", (int)type);
+        return NULL;
+    }
+    return dlpack_ref_priv_keep_answer(&dlpack_ref_priv_device_members[type], member);
+}
+
 /* __dlpack_device__(): (DeviceType member, device_id) of `device`, where the
- * memory truly lives (new reference). */
+ * memory truly lives (new reference, NULL with an error set). The same tuple
+ * object is returned for every call on one device. */
 static inline PyObject* dlpack_ref_dlpack_device(DLDevice device) {
-    PyObject* cls = dlpack_ref_device_enum();
-    PyObject *member, *result;
-    if (cls == NULL) return NULL;
-    member = PyObject_CallFunction(cls, "i", (int)device.device_type);
-    if (member == NULL) return NULL;
-    result = Py_BuildValue("(Ni)", member, (int)device.device_id);
-    return result;
+    int32_t type = (int32_t)device.device_type;
+    PyObject *member, *answer;
+    int cached = type >= 0 && type < DLPACK_REF_PRIV_ANSWER_TYPES && device.device_id >= 0
+                 && device.device_id < DLPACK_REF_PRIV_ANSWER_IDS;
+    if (cached && (answer = DLPACK_REF_PRIV_SLOT_ACQUIRE(&dlpack_ref_priv_device_answers[type][device.device_id]))
+                      != NULL) {
+        Py_INCREF(answer);
+        return answer;
+    }
+    if ((member = dlpack_ref_priv_device_member(type)) == NULL) return NULL;
+    if ((answer = Py_BuildValue("(Oi)", member, (int)device.device_id)) == NULL) return NULL;
+    if (!cached) return answer;
+    answer = dlpack_ref_priv_keep_answer(&dlpack_ref_priv_device_answers[type][device.device_id], answer);
+    Py_INCREF(answer);
+    return answer;
 }
 
 /* --- the exchange-table builder: __dlpack_c_exchange_api__ of an adopter's type ---
@@ -1996,7 +2154,7 @@ static inline int dlpack_ref_exchange_allocate(DLTensor* prototype, DLManagedTen
     head = (sizeof(DLManagedTensorVersioned) + 2 * (size_t)prototype->ndim * sizeof(int64_t) + ALIGN - 1)
            / ALIGN * ALIGN;
     if (count == -2 || count > (INT64_MAX - 7) / bits
-            || (nbytes = dlpack_ref_nbytes(count, bits)) > (int64_t)PY_SSIZE_T_MAX - (int64_t)head - ALIGN)
+            || (nbytes = dlpack_ref_nbytes(count, bits)) > (int64_t)(SIZE_MAX / 2) - (int64_t)head - ALIGN)
         return dlpack_ref_priv_alloc_error(ctx, set_error, "ValueError",
                                            "the allocator's prototype has more bytes than fit in memory");
     m = (DLManagedTensorVersioned*)malloc(head + (size_t)nbytes + ALIGN);

@@ -118,6 +118,17 @@ cdef extern from "dlpack_ref.h":
     object dlpack_ref_export_versioned_counted(const DLTensor* tensor, dlpack_ref_counted* memory, uint64_t flags)
     object dlpack_ref_export_legacy_counted(const DLTensor* tensor, dlpack_ref_counted* memory)
 
+    # export of memory with the library's own release function: the caller
+    # makes one hold on its buffer and hands it over; release(ctx) is called
+    # exactly once (by the deleter, on any thread, maybe without the GIL; or
+    # before NULL is returned)
+    void dlpack_ref_api_delete_released_versioned(DLManagedTensorVersioned* self) noexcept nogil
+    void dlpack_ref_api_delete_released_legacy(DLManagedTensor* self) noexcept nogil
+    object dlpack_ref_export_versioned_released(const DLTensor* tensor, void* ctx,
+                                                void (*release)(void* ctx) noexcept nogil, uint64_t flags)
+    object dlpack_ref_export_legacy_released(const DLTensor* tensor, void* ctx,
+                                             void (*release)(void* ctx) noexcept nogil)
+
     # import: capsule or producer -> owned tensor
     void dlpack_ref_release(DLPackRefTensor* t) noexcept nogil
     int dlpack_ref_adopt(void* managed, bint versioned, DLPackRefTensor* out) except -1
@@ -228,9 +239,12 @@ cdef extern from "dlpack_ref.h":
     void dlpack_ref_export_plan_drop(dlpack_ref_export_plan* plan) noexcept
     object dlpack_ref_export_plan_capsule(dlpack_ref_export_plan* plan)
     object dlpack_ref_export_plan_capsule_counted(dlpack_ref_export_plan* plan, dlpack_ref_counted* memory)
+    object dlpack_ref_export_plan_capsule_released(dlpack_ref_export_plan* plan, void* ctx,
+                                                   void (*release)(void* ctx) noexcept nogil)
     object dlpack_ref_producer_dlpack(const dlpack_ref_producer* p, object args, object kwargs)
     object dlpack_ref_producer_dlpack_fast(const dlpack_ref_producer* p, PyObject* const* args, Py_ssize_t nargs,
                                            PyObject* kwnames)
+    int dlpack_ref_dlpack_args(PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames, PyObject** out) except -1
     PyObject* dlpack_ref_device_enum() except NULL
     object dlpack_ref_dlpack_device(DLDevice device)
 

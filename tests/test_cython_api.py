@@ -300,3 +300,79 @@ def test_consumer_takes_the_plain_request_of_an_unusable_device_answer_without_a
         described, target, must_copy = ext.consume(Unplaced(), **kwargs)
         assert described[0] == source.ctypes.data and target == (1, 0)
         assert must_copy is bool(kwargs.get("copy"))
+
+
+# --- export of memory with the library's own release function ----------------
+
+def _released(ext):
+    gc.collect()
+    return ext.released_counts()
+
+
+@pytest.mark.parametrize("versioned", [True, False])
+def test_export_released_is_zero_copy_and_calls_release_once_when_the_consumer_is_done(ext, versioned):
+    calls, freed = _released(ext)
+    cap, address = ext.export_released(4, versioned=versioned)
+    assert _released(ext) == (calls + 1, freed)          # the handle's hold given back; the export's kept
+    a = dlpack_ref.from_dlpack(cap)
+    assert a.data_ptr == address and a.tolist() == [0, 2, 4, 6]
+    del cap
+    assert _released(ext) == (calls + 1, freed)          # the Array holds the export
+    del a
+    assert _released(ext) == (calls + 2, freed + 1)
+
+
+def test_an_unconsumed_released_export_calls_release_when_dropped(ext):
+    calls, freed = _released(ext)
+    cap, _ = ext.export_released(3)
+    del cap
+    assert _released(ext) == (calls + 2, freed + 1)
+
+
+def test_a_released_export_that_fails_calls_release_before_raising(ext):
+    calls, freed = _released(ext)
+    with pytest.raises(ValueError, match="ndim=-1 is out of range"):
+        ext.export_released(3, ndim=-1)
+    assert _released(ext) == (calls + 2, freed + 1)
+
+
+def test_a_released_export_is_released_by_a_thread_python_never_saw(ext):
+    calls, freed = _released(ext)
+    cap, _ = ext.export_released(2)
+    ext.release_on_a_new_thread(cap)
+    assert _released(ext) == (calls + 2, freed + 1)
+
+
+def test_the_plan_capsule_of_a_released_producer_follows_the_producer_rules(ext):
+    calls, freed = _released(ext)
+    cap, address = ext.released_dlpack(3, read_only=True, max_version=(1, 3))
+    x = np.from_dlpack(_Once(cap))
+    assert x.ctypes.data == address and not x.flags.writeable and x.tolist() == [0, 2, 4]
+    del cap, x
+    assert _released(ext) == (calls + 2, freed + 1)
+    with pytest.raises(BufferError, match="read-only CArray cannot be exported as a legacy"):
+        ext.released_dlpack(3, read_only=True)
+    with pytest.raises(ValueError, match="only stream=None is accepted for CPU memory"):
+        ext.released_dlpack(3, stream=1, max_version=(1, 0))
+    with pytest.raises(TypeError, match="unexpected keyword argument 'colour'"):
+        ext.released_dlpack(3, colour=1)
+    assert _released(ext) == (calls + 5, freed + 4)      # each refused call gave only the handle's hold back
+
+
+# --- __dlpack_device__ answers --------------------------------------------------
+
+def test_dlpack_device_answers_are_made_once_per_device(ext):
+    import enum
+    first = ext.dlpack_device(1, 0)
+    assert first == (1, 0) and isinstance(first[0], enum.IntEnum) and first[0].name == "CPU"
+    assert ext.dlpack_device(1, 0) is first
+    assert ext.dlpack_device(2, 3) is ext.dlpack_device(2, 3) and ext.dlpack_device(2, 3) == (2, 3)
+    assert ext.dlpack_device(2, 3)[0] is ext.dlpack_device(2, 40)[0]
+    assert ext.dlpack_device(2, 40) == (2, 40)     # past the kept ids: still right, made per call
+
+
+def test_dlpack_device_of_an_undefined_device_type_is_a_value_error(ext):
+    with pytest.raises(ValueError):
+        ext.dlpack_device(99, 0)
+    with pytest.raises(ValueError):
+        ext.dlpack_device(5, 0)

@@ -40,7 +40,8 @@ any_fn dlref_probe_table[] = {
     (any_fn)dlpack_ref_release, (any_fn)dlpack_ref_adopt, (any_fn)dlpack_ref_claim, (any_fn)dlpack_ref_take,
     (any_fn)dlpack_ref_exchange_api, (any_fn)dlpack_ref_exchange_api_ref, (any_fn)dlpack_ref_exchange_api_memo,
     (any_fn)dlpack_ref_exchange_api_memo_ref, (any_fn)dlpack_ref_import, (any_fn)dlpack_ref_to_array,
-    (any_fn)dlpack_ref_view,
+    (any_fn)dlpack_ref_view, (any_fn)dlpack_ref_export_versioned_released, (any_fn)dlpack_ref_export_legacy_released,
+    (any_fn)dlpack_ref_export_plan_capsule_released, (any_fn)dlpack_ref_dlpack_args, (any_fn)dlpack_ref_dlpack_device,
 };
 """
 
@@ -68,6 +69,19 @@ def test_the_header_compiles_alone_with_every_warning_an_error(tmp_path, vendore
            "-isystem", sysconfig.get_paths()["include"], f"-I{vendored}", "-c", str(source),
            "-o", str(tmp_path / "probe.o")]
     out = subprocess.run(cmd, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-4000:]
+
+
+def test_the_header_compiles_where_c_library_headers_come_before_python_h(tmp_path, vendored):
+    # A library may include <math.h> and <string.h> before Python.h (numkong
+    # does) and build as strict C11: the C library is then read without the
+    # POSIX names Python.h would have asked for, such as SSIZE_MAX.
+    if shutil.which("gcc") is None:
+        pytest.skip("no gcc")
+    (tmp_path / "probe.c").write_text("#include <math.h>\n#include <string.h>\n" + PROBE)
+    out = subprocess.run(["gcc", "-std=c11", "-Wall", "-Werror", "-isystem", sysconfig.get_paths()["include"],
+                          f"-I{vendored}", "-c", str(tmp_path / "probe.c"), "-o", str(tmp_path / "probe.o")],
+                         capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-4000:]
 
 

@@ -4,12 +4,16 @@ that vendors or depends on dlpack-ref would use it), for tests/test_cython_api.p
 
 from libc.stdint cimport int64_t
 from libc.stdlib cimport malloc, free
-from dlpack cimport DLDevice, DLManagedTensorVersioned, DLTensor, kDLCPU, kDLFloat, DLPACK_FLAG_BITMASK_READ_ONLY
+from dlpack cimport DLDevice, DLDeviceType, DLManagedTensorVersioned, DLTensor, kDLCPU, kDLFloat, DLPACK_FLAG_BITMASK_READ_ONLY
 from dlpack_ref_api cimport (
-    DLPackRefTensor, dlpack_ref_claim, dlpack_ref_consumer_take, dlpack_ref_export_legacy,
-    dlpack_ref_export_versioned, dlpack_ref_import, dlpack_ref_release, dlpack_ref_take, dlpack_ref_to_array,
+    DLPackRefTensor, dlpack_ref_claim, dlpack_ref_consumer_take, dlpack_ref_dlpack_args, dlpack_ref_dlpack_device,
+    dlpack_ref_export_legacy, dlpack_ref_export_legacy_released, dlpack_ref_export_plan_capsule_released,
+    dlpack_ref_export_plan, dlpack_ref_export_versioned, dlpack_ref_export_versioned_released, dlpack_ref_import,
+    dlpack_ref_producer, dlpack_ref_producer_plan, dlpack_ref_release, dlpack_ref_take, dlpack_ref_to_array,
     dlpack_ref_view,
 )
+from cpython.object cimport PyObject
+from libc.string cimport memset
 
 cdef extern from "<pthread.h>" nogil:
     ctypedef unsigned long pthread_t
@@ -188,3 +192,112 @@ def view(array):
     dlpack_ref_view(array, &d)
     cdef int i
     return <size_t>d.data, tuple([d.shape[i] for i in range(d.ndim)])
+
+
+# --- memory with its own release function: a C buffer with a C count, no
+# Python object per buffer ------------------------------------------------------
+
+ctypedef struct CBuffer:
+    int64_t holds       # the library's own count: its handle, each export
+    int64_t n
+    double* data
+
+cdef int64_t _released_calls = 0   # every call of _cbuffer_release
+cdef int64_t _cbuffers_freed = 0
+
+
+cdef void _cbuffer_release(void* ctx) noexcept nogil:
+    """The library's release function: one hold fewer, the memory freed at 0."""
+    global _released_calls, _cbuffers_freed
+    cdef CBuffer* b = <CBuffer*>ctx
+    _released_calls += 1
+    b.holds -= 1
+    if b.holds == 0:
+        free(b.data)
+        free(b)
+        _cbuffers_freed += 1
+
+
+def released_counts():
+    """(calls of the release function, buffers freed)."""
+    return _released_calls, _cbuffers_freed
+
+
+cdef CBuffer* _cbuffer(int64_t n) except NULL:
+    cdef CBuffer* b = <CBuffer*>malloc(sizeof(CBuffer))
+    if b == NULL:
+        raise MemoryError()
+    b.data = <double*>malloc(sizeof(double) * (n if n else 1))
+    b.holds = 1
+    b.n = n
+    cdef int64_t i
+    for i in range(n):
+        b.data[i] = 2.0 * i
+    return b
+
+
+def export_released(int64_t n, *, bint versioned=True, int ndim=1):
+    """(capsule, address) of n float64 values 0, 2, 4, ... in a C buffer
+    with its own count: the handle's hold is given back at once, so the
+    export's hold alone keeps the memory. ndim=-1 makes a bad description."""
+    cdef CBuffer* b = _cbuffer(n)
+    cdef int64_t shape[1]
+    cdef DLTensor t
+    address = <size_t>b.data
+    _cpu_float64(&t, b.data, ndim)
+    shape[0] = n
+    t.shape = shape
+    b.holds += 1                 # the export's hold, handed over below
+    try:
+        if versioned:
+            return dlpack_ref_export_versioned_released(&t, b, _cbuffer_release, 0), address
+        return dlpack_ref_export_legacy_released(&t, b, _cbuffer_release), address
+    finally:
+        _cbuffer_release(b)      # the handle's hold
+
+
+class CArray:
+    """What released_dlpack's messages call the buffer."""
+
+
+_NAMED = CArray()
+
+
+def released_dlpack(int64_t n, *, bint read_only=False, **kwargs):
+    """(capsule, address): __dlpack__(**kwargs) of a C buffer of n float64,
+    as a C library whose buffers are no Python objects would write it: the
+    arguments unpacked by dlpack_ref_dlpack_args, the plan, then one hold on
+    the buffer handed to the plan's capsule."""
+    cdef CBuffer* b = _cbuffer(n)
+    cdef int64_t shape[1]
+    cdef dlpack_ref_producer p
+    cdef dlpack_ref_export_plan plan
+    cdef PyObject* v[4]
+    cdef tuple names = tuple(kwargs)
+    cdef list values = list(kwargs.values())
+    cdef PyObject* argv[4]
+    cdef Py_ssize_t i
+    address = <size_t>b.data
+    try:
+        for i in range(len(values)):
+            argv[i] = <PyObject*>values[i]
+        dlpack_ref_dlpack_args(argv, 0, <PyObject*>names if names else NULL, v)
+        memset(&p, 0, sizeof(p))
+        _cpu_float64(&p.tensor, b.data, 1)
+        shape[0] = n
+        p.tensor.shape = shape
+        p.owner = <PyObject*>_NAMED   # names the array in messages; the capsule does not hold it
+        p.read_only = read_only
+        dlpack_ref_producer_plan(&p, <object>v[0], <object>v[1], <object>v[2], <object>v[3], &plan)
+        b.holds += 1
+        return dlpack_ref_export_plan_capsule_released(&plan, b, _cbuffer_release), address
+    finally:
+        _cbuffer_release(b)
+
+
+def dlpack_device(int device_type, int device_id):
+    """__dlpack_device__'s answer for a device, as the header makes it."""
+    cdef DLDevice d
+    d.device_type = <DLDeviceType>device_type
+    d.device_id = device_id
+    return dlpack_ref_dlpack_device(d)

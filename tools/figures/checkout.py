@@ -23,6 +23,8 @@ FILES = {
          "matplotlib for the chart")),
     f"{RESULTS}/copies.json": ("python benchmarks/bench_copies.py", "NumPy, PyTorch, ml_dtypes; matplotlib for the chart"),
     f"{RESULTS}/pool_threshold.json": ("python benchmarks/pool_threshold.py", "NumPy; 2 cores or more"),
+    f"{RESULTS}/adoption_producer.json": ("python benchmarks/adoption_producer.py",
+                                          "the two numkong builds of adoption/run.sh numkong; valgrind for the counts"),
     f"{RESULTS}/callgrind_adopter.json": ("python benchmarks/callgrind_adopter.py",
                                           "valgrind, a C and C++ compiler, Cython, pybind11, nanobind, CMake, NumPy"),
     f"{RESULTS}/ecosystem_1.json": (f"python -m dlpack_ref check --format json > {RESULTS}/ecosystem_1.json",

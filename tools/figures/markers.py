@@ -8,7 +8,7 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
-from figures import checkout, render_adopters, render_copies, render_ecosystem, render_exchange, render_pool
+from figures import checkout, render_adopters, render_adoption, render_copies, render_ecosystem, render_exchange, render_pool
 from figures.checkout import FILES, NoData, Source, kind, pages, source
 
 
@@ -40,6 +40,8 @@ FIGURES: dict[str, tuple[str, Callable[[list[Source], list[str]], str]]] = {
     "pool-threshold": ("pool_threshold", render_pool.pool_threshold),
     "adopter-run": ("callgrind_adopter", render_adopters.adopter_run),
     "adopter-table": ("callgrind_adopter", render_adopters.adopter_table),
+    "adoption-producer-run": ("adoption_producer", render_adoption.adoption_producer_run),
+    "adoption-producer-table": ("adoption_producer", render_adoption.adoption_producer_table),
     "ecosystem-summary": ("ecosystem", render_ecosystem.ecosystem_summary),
     "ecosystem-rules": ("ecosystem", render_ecosystem.ecosystem_rules),
     "ecosystem-exchange": ("ecosystem", render_ecosystem.ecosystem_exchange),

@@ -9,7 +9,8 @@ _ADOPTERS = {"c_adopter": "C", "cpp_adopter": "C++", "cython_adopter": "Cython",
 _ADOPTER_CALLS = [("from_dlpack(ndarray)", "from_dlpack(numpy)", "numpy.from_dlpack(numpy)"),
                   ("Tensor.__dlpack__()", "Tensor.__dlpack__()", "ndarray.__dlpack__()"),
                   ("Tensor.__dlpack__(max_version=(1, 3))", "Tensor.__dlpack__(max_version)",
-                   "ndarray.__dlpack__(max_version)")]
+                   "ndarray.__dlpack__(max_version)"),
+                  ("Tensor.__dlpack_device__()", "Tensor.__dlpack_device__()", "ndarray.__dlpack_device__()")]
 
 
 def adopter_run(sources, args) -> str:
@@ -48,5 +49,5 @@ def adopter_table(sources, args) -> str:
         verdict.append(f"over NumPy's on some call: {', '.join(over)}")
     return ("Instructions per call, 16 float32 elements, the statements written out (`numpy.from_dlpack(x)` with "
             "its module attribute lookup); ratio to NumPy's in parentheses:\n\n" + "\n".join(lines)
-            + "\n\n" + ("Targets (an adopter's import at most NumPy's, its export at most NumPy's): "
+            + "\n\n" + ("Targets (an adopter's import, export and `__dlpack_device__` at most NumPy's): "
                         + "; ".join(verdict) + "." if verdict else ""))
