@@ -204,7 +204,8 @@ def main(argv=None) -> int:
     what.add_argument("--requirements", action="store_true", help="the pip requirements that install them")
     args = p.parse_args(argv)
     names = in_lane(args.lane) if args.lane else list(KNOWN)
-    lines = names if args.names else [r for name in names for r in KNOWN[name].KNOWN.requirements]
+    # dlpack-ref itself is installed from its checkout or its wheel, never by requirement
+    lines = names if args.names else [r for name in names if name != "dlpack_ref" for r in KNOWN[name].KNOWN.requirements]
     print("\n".join(lines))
     return 0
 
