@@ -3,8 +3,9 @@
 # scratch folder; it exits non-zero when the lane fails.
 
 # Test dependencies every extra lane installs besides its NumPy (wheels only:
-# a missing wheel must fail the lane, not start a source build). torch, jax,
-# cuda-core and apache-tvm-ffi are the main lane's: their tests skip here.
+# a missing wheel must fail the lane, not start a source build). The main
+# lane's known libraries (`python -m dlpack_ref.harness.registry --lane main
+# --names`) are the main lane's only: their tests skip here.
 # ml_dtypes is whatever the lane's Python gets (0.5.4 on 3.13t, which has
 # no 0.7 wheel; tests/support/e8m0.py knows where the versions differ).
 LANE_TEST_DEPS=(pytest hypothesis ml_dtypes array-api-strict pytest-run-parallel

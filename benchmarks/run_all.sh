@@ -22,12 +22,13 @@
 #   docs       python tools/docs_figures.py, then --status (seconds)
 #
 # PYTHON (default python3): environment 1, with dlpack-ref installed (not
-# editable), NumPy, PyTorch, JAX, array-api-strict, tvm-ffi, cuda.core,
-# pyarrow, ml_dtypes, matplotlib, Cython, pybind11, nanobind, CMake; valgrind
-# on the machine, and an interpreter whose symbols callgrind finds (pyenv's).
-# ECO_PYTHON: environment 2 (MLX, PaddlePaddle, TensorFlow, ONNX Runtime,
-# mpi4py with MPICH, numkong, mlc, open3d, with dlpack-ref and NumPy); without
-# it ecosystem_2.json is left as it is.
+# editable), the main lane's known libraries (`python -m
+# dlpack_ref.harness.registry --lane main --names`), ml_dtypes, matplotlib,
+# Cython, pybind11, nanobind, CMake; valgrind on the machine, and an
+# interpreter whose symbols callgrind finds (pyenv's).
+# ECO_PYTHON: environment 2, the ecosystem lane's (dlpack-ref, NumPy and
+# `pip install $(python -m dlpack_ref.harness.registry --lane ecosystem
+# --requirements)`); without it ecosystem_2.json is left as it is.
 # The timed steps (exchange, copies, pool) first wait, up to 5 minutes, for the
 # 1-minute load average to fall under half the cores; RUN_ALL_FORCE=1 does not wait.
 # RUN_ALL_QUICK=1: the scripts' quick modes (a smoke test of this script; the
@@ -114,9 +115,14 @@ for s in "${STEPS[@]}"; do
     ecosystem)
         step ecosystem_1 no check_into "$RESULTS/ecosystem_1.json" "$PY"
         if [ -n "${ECO_PYTHON:-}" ]; then
-            step ecosystem_2 no check_into "$RESULTS/ecosystem_2.json" "$ECO_PYTHON" \
-                --library dlpack_ref --library numpy --library mlx --library paddle --library tensorflow \
-                --library onnxruntime --library mpi4py --library numkong --library mlc --library open3d
+            # dlpack-ref, NumPy and the ecosystem lane's libraries, from their files
+            if names=$("$ECO_PYTHON" -m dlpack_ref.harness.registry --lane ecosystem --names); then
+                libraries=()
+                for lib in dlpack_ref numpy $names; do libraries+=(--library "$lib"); done
+                step ecosystem_2 no check_into "$RESULTS/ecosystem_2.json" "$ECO_PYTHON" "${libraries[@]}"
+            else
+                failed+=("ecosystem_2 (ECO_PYTHON has no dlpack-ref)")
+            fi
         else
             echo "ECO_PYTHON is not set: $RESULTS/ecosystem_2.json left as it is"
         fi ;;

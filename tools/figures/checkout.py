@@ -8,10 +8,20 @@ import dataclasses
 import json
 from pathlib import Path
 
+from figures import libraries
+
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 RESULTS = "benchmarks/results"
 
+
+def _check_command(names: list[str], into: str) -> str:
+    """The ``dlpack-ref check`` that writes ``into``: of ``names`` (every installed known library when empty)."""
+    return " ".join(["python -m dlpack_ref check", *(f"--library {n}" for n in names), f"--format json > {into}"])
+
+
+# Environment 2 checks dlpack-ref and NumPy beside the ecosystem lane's libraries
+_ECOSYSTEM_2 = ["dlpack_ref", "numpy", *libraries.names("ecosystem")]
 
 # The files a block may cite, each with the command that remakes it (run from
 # the repository's root) and what that command needs.
@@ -27,13 +37,14 @@ FILES = {
                                           "the two numkong builds of adoption/run.sh numkong; valgrind for the counts"),
     f"{RESULTS}/callgrind_adopter.json": ("python benchmarks/callgrind_adopter.py",
                                           "valgrind, a C and C++ compiler, Cython, pybind11, nanobind, CMake, NumPy"),
-    f"{RESULTS}/ecosystem_1.json": (f"python -m dlpack_ref check --format json > {RESULTS}/ecosystem_1.json",
-                                    "NumPy, PyTorch, JAX, array-api-strict, tvm-ffi, cuda.core, pyarrow"),
+    f"{RESULTS}/ecosystem_1.json": (
+        _check_command([], f"{RESULTS}/ecosystem_1.json"),
+        "the main lane's libraries: " + ", ".join(
+            d["distribution"] for d in libraries.known() if d["lane"] == "main" and d["name"] != "dlpack_ref")),
     f"{RESULTS}/ecosystem_2.json": (
-        ("python -m dlpack_ref check --library dlpack_ref --library numpy --library mlx --library paddle "
-         "--library tensorflow --library onnxruntime --library mpi4py --library numkong --library mlc "
-         f"--library open3d --format json > {RESULTS}/ecosystem_2.json"),
-        "MLX, PaddlePaddle, TensorFlow, ONNX Runtime, mpi4py, numkong, mlc, open3d (a second environment)"),
+        _check_command(_ECOSYSTEM_2, f"{RESULTS}/ecosystem_2.json"),
+        "a second environment, the ecosystem lane's: " + " ".join(
+            r for d in libraries.known() if d["lane"] == "ecosystem" for r in d["requirements"])),
 }
 
 
@@ -72,9 +83,13 @@ def use_root(root: Path) -> None:
 
 
 def source(path: str) -> Source:
+    """A result file of FILES, or the known libraries' files (libraries.FOLDER) as their declarations."""
     if path not in _cache:
         f = ROOT / path
-        _cache[path] = Source(path, json.loads(f.read_text(encoding="utf-8")) if f.exists() else None)
+        if path == libraries.FOLDER:
+            _cache[path] = Source(path, {"libraries": libraries.known(ROOT)})
+        else:
+            _cache[path] = Source(path, json.loads(f.read_text(encoding="utf-8")) if f.exists() else None)
     return _cache[path]
 
 

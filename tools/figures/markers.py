@@ -8,7 +8,8 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
-from figures import checkout, render_adopters, render_adoption, render_copies, render_ecosystem, render_exchange, render_pool
+from figures import (checkout, libraries, render_adopters, render_adoption, render_copies, render_ecosystem,
+                     render_exchange, render_libraries, render_pool)
 from figures.checkout import FILES, NoData, Source, kind, pages, source
 
 
@@ -46,6 +47,8 @@ FIGURES: dict[str, tuple[str, Callable[[list[Source], list[str]], str]]] = {
     "ecosystem-rules": ("ecosystem", render_ecosystem.ecosystem_rules),
     "ecosystem-exchange": ("ecosystem", render_ecosystem.ecosystem_exchange),
     "summary-line": ("ecosystem", render_ecosystem.ecosystem_summary_line),
+    # from the library files (libraries.FOLDER), not a result file
+    "known-libraries": ("libraries", render_libraries.known_libraries),
 }
 
 
@@ -73,8 +76,9 @@ def parse_spec(spec: str) -> tuple[str, list[str], list[str]]:
     if name not in FIGURES:
         raise ValueError(f"unknown figure {name!r} (known: {', '.join(FIGURES)})")
     for path in paths:
-        if path not in FILES:
-            raise ValueError(f"{path}: not a result file this script knows (known: {', '.join(FILES)})")
+        if path not in FILES and path != libraries.FOLDER:
+            raise ValueError(f"{path}: not a result file this script knows (known: {', '.join(FILES)}, "
+                             f"or {libraries.FOLDER})")
         if kind(path) != FIGURES[name][0]:
             raise ValueError(f"figure {name!r} is not made from {path}")
     return name, args, paths

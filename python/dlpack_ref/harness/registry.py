@@ -25,7 +25,8 @@ from .libraries.generic import HOOK, generic_subject, hooked_subject
 from .observe import exc_name, short
 from .subject import Subject
 
-__all__ = ["KNOWN", "Selection", "Described", "installed", "select", "subject", "version_of", "module_of", "describe"]
+__all__ = ["KNOWN", "Selection", "Described", "installed", "in_lane", "select", "subject", "version_of", "module_of",
+           "describe", "main"]
 
 
 def _library_files() -> dict:
@@ -37,6 +38,12 @@ def _library_files() -> dict:
 
 #: Known name -> its library file, in the order reports list them.
 KNOWN = _library_files()
+
+
+def in_lane(lane: str | None) -> list[str]:
+    """The known libraries a CI lane installs (``"main"``, ``"ecosystem"``;
+    None: those no lane installs), in report order."""
+    return [name for name, library in KNOWN.items() if library.KNOWN.lane == lane]
 
 
 def _present(module: str) -> bool:
@@ -181,3 +188,27 @@ class Described:
         if not any(self.sides.values()):
             return "nothing to check: " + ("; ".join(d["absent"].values()) or "no producer and no consumer")
         return None
+
+
+def main(argv=None) -> int:
+    """``python -m dlpack_ref.harness.registry [--lane LANE] --names |
+    --requirements``: the known libraries (of one lane), one a line, for the
+    scripts that install or check them (``.ci/lanes/ecosystem.sh``,
+    ``benchmarks/run_all.sh``); nothing is imported but the library files."""
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m dlpack_ref.harness.registry", description=main.__doc__)
+    p.add_argument("--lane", choices=("main", "ecosystem"), help="only the libraries this CI lane installs")
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument("--names", action="store_true", help="their names, as --library takes them")
+    what.add_argument("--requirements", action="store_true", help="the pip requirements that install them")
+    args = p.parse_args(argv)
+    names = in_lane(args.lane) if args.lane else list(KNOWN)
+    # dlpack-ref itself is installed from its checkout or its wheel, never by requirement
+    lines = names if args.names else [r for name in names if name != "dlpack_ref" for r in KNOWN[name].KNOWN.requirements]
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

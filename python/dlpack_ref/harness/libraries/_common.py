@@ -15,12 +15,27 @@ class Known:
     """Which library a file of :mod:`dlpack_ref.harness.libraries` adapts:
     its ``name`` on the command line and in reports, the ``module`` an
     import finds (looked up without importing it), the ``distribution``
-    whose version reports give, and its ``order`` in reports."""
+    whose version reports give, its ``order`` in reports, and where CI
+    installs it: the ``lane`` (``"main"``, the main lane's environment from the
+    package's extras; ``"ecosystem"``, the ecosystem lane's, a second
+    environment; None, no CI lane: it needs a CUDA device) and, for the
+    ecosystem lane, the pip ``requirements`` that install it there (default:
+    its distribution). The lane scripts, ``benchmarks/run_all.sh``, the docs'
+    generated lists and the tests read these (``python -m
+    dlpack_ref.harness.registry``), so a library's name is written here only."""
 
     name: str
     module: str
     distribution: str
     order: int
+    lane: str | None = "main"
+    requirements: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        if self.lane not in ("main", "ecosystem", None):
+            raise ValueError(f"{self.name}: lane {self.lane!r} is not 'main', 'ecosystem' or None")
+        if not self.requirements:
+            object.__setattr__(self, "requirements", (self.distribution,))
 
 
 #: dtype names NumPy has without ml_dtypes.

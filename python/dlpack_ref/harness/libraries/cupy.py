@@ -6,7 +6,7 @@ from __future__ import annotations
 from ..subject import Consumer, CudaProducer, NotSupported, Producer
 from ._common import Known, made_from_numpy
 
-KNOWN = Known("cupy", module="cupy", distribution="cupy", order=4)
+KNOWN = Known("cupy", module="cupy", distribution="cupy", order=4, lane=None)
 
 
 def subject():

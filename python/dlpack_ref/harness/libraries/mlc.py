@@ -7,7 +7,8 @@ from __future__ import annotations
 from ..subject import Consumer, Producer
 from ._common import NUMPY_DTYPES, Known, made_from_numpy
 
-KNOWN = Known("mlc", module="mlc", distribution="mlc-python", order=15)
+KNOWN = Known("mlc", module="mlc", distribution="mlc-python", order=15,
+              lane="ecosystem", requirements=("mlc-python",))
 
 
 def subject():

@@ -8,7 +8,8 @@ import math
 from ..subject import Consumer, NotSupported, Producer
 from ._common import arange_values, Known, own_values
 
-KNOWN = Known("mlx", module="mlx.core", distribution="mlx", order=9)
+KNOWN = Known("mlx", module="mlx.core", distribution="mlx", order=9,
+              lane="ecosystem", requirements=("mlx[cpu]",))
 
 
 def subject():

@@ -7,7 +7,8 @@ from __future__ import annotations
 from ..subject import Consumer
 from ._common import Known
 
-KNOWN = Known("mpi4py", module="mpi4py.MPI", distribution="mpi4py", order=13)
+KNOWN = Known("mpi4py", module="mpi4py.MPI", distribution="mpi4py", order=13,
+              lane="ecosystem", requirements=("mpich", "mpi4py"))
 
 
 def subject():

@@ -8,7 +8,8 @@ from __future__ import annotations
 from ..subject import Consumer, NotSupported, Producer
 from ._common import Known
 
-KNOWN = Known("numkong", module="numkong", distribution="numkong", order=14)
+KNOWN = Known("numkong", module="numkong", distribution="numkong", order=14,
+              lane="ecosystem", requirements=("numkong",))
 
 
 def subject():

@@ -7,7 +7,8 @@ from __future__ import annotations
 from ..subject import Consumer, NotSupported, Producer
 from ._common import Known, numpy_array
 
-KNOWN = Known("onnxruntime", module="onnxruntime", distribution="onnxruntime", order=12)
+KNOWN = Known("onnxruntime", module="onnxruntime", distribution="onnxruntime", order=12,
+              lane="ecosystem", requirements=("onnxruntime",))
 
 
 def subject():

@@ -7,7 +7,8 @@ from __future__ import annotations
 from ..subject import Consumer, Producer
 from ._common import NUMPY_DTYPES, Known, made_from_numpy
 
-KNOWN = Known("open3d", module="open3d", distribution="open3d", order=16)
+KNOWN = Known("open3d", module="open3d", distribution="open3d", order=16,
+              lane="ecosystem", requirements=("open3d",))
 
 
 def subject():

@@ -8,7 +8,8 @@ import math
 from ..subject import Consumer, NotSupported, Producer
 from ._common import arange_values, Known
 
-KNOWN = Known("paddle", module="paddle", distribution="paddlepaddle", order=10)
+KNOWN = Known("paddle", module="paddle", distribution="paddlepaddle", order=10,
+              lane="ecosystem", requirements=("paddlepaddle",))
 
 
 def subject():

@@ -9,7 +9,8 @@ import math
 from ..subject import Consumer, NotSupported, Producer
 from ._common import arange_values, Known
 
-KNOWN = Known("tensorflow", module="tensorflow", distribution="tensorflow", order=11)
+KNOWN = Known("tensorflow", module="tensorflow", distribution="tensorflow", order=11,
+              lane="ecosystem", requirements=("tensorflow-cpu",))
 
 
 def subject():
