@@ -2823,8 +2823,9 @@ static inline PyObject* dlpack_ref_consumer_request_in_place(PyObject* x, PyObje
 
 /* A Py_buffer over the memory of any DLPack producer or capsule, for a
  * consumer of bytes (see above): a capsule is taken as it is; a producer
- * is asked dlpack_ref_consumer_request_in_place(x, stream) and its tensor
- * must be where it said. `dtypes`: DLPACK_REF_DTYPES_*; *device receives
+ * gives its tensor through its type's exchange table (no synchronization),
+ * else it is asked dlpack_ref_consumer_request_in_place(x, stream) and its
+ * tensor must be where it said. `dtypes`: DLPACK_REF_DTYPES_*; *device receives
  * the memory's device, *dtype (unless NULL) its data type. 0 with `view` filled (its owner runs the deleter
  * once, when the buffer is released), or -1 with the error set: BufferError
  * for a tensor the checks refuse, a non-contiguous one, READ_ONLY memory
@@ -2833,9 +2834,30 @@ static inline PyObject* dlpack_ref_consumer_request_in_place(PyObject* x, PyObje
 static inline int dlpack_ref_get_buffer(PyObject* x, Py_buffer* view, int flags, int dtypes, PyObject* stream,
                                         DLDevice* device, DLDataType* dtype) {
     DLDevice announced;
-    PyObject* capsule;
+    PyObject *capsule, *owner;
+    const DLPackExchangeAPI* api;
+    DLPackRefTensor t;
     int r;
     if (PyCapsule_CheckExact(x)) return dlpack_ref_capsule_to_buffer(x, view, flags, dtypes, NULL, device, dtype);
+    /* A type with an exchange table gives its tensor with no capsule and no
+       synchronization, which is what the request below asks of any other
+       (its own memory, the stream left to the caller); any failure of the
+       table falls back to __dlpack__. */
+    api = dlpack_ref_exchange_api_memo_ref(&dlpack_ref_priv_api_memo, Py_TYPE(x), &owner);
+    if (api == NULL && PyErr_Occurred()) return -1;
+    r = api == NULL ? 0 : dlpack_ref_priv_take_by_table(api, x, &t);
+    Py_XDECREF(owner);
+    if (r < 0) return -1;
+    if (r > 0) {
+        *device = t.dl_tensor->device;
+        if (dtype != NULL) *dtype = t.dl_tensor->dtype;
+        if (t.flags & DLPACK_FLAG_BITMASK_IS_COPIED) {
+            dlpack_ref_refuse_copied(x);
+            DLPACK_REF_PRIV_KEEP_ERROR(dlpack_ref_release(&t));
+            return -1;
+        }
+        return dlpack_ref_tensor_to_buffer(&t, view, flags);
+    }
     capsule = dlpack_ref_consumer_request_in_place(x, stream, &announced);
     if (capsule == NULL) return -1;
     if (!PyCapsule_CheckExact(capsule)) {

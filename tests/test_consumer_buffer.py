@@ -216,3 +216,22 @@ def test_a_refused_capsule_is_destroyed_with_no_error_pending(ext, factory, call
         getattr(ext, call)(producer)
     gc.collect()
     assert _destroyed == [False] and factory.deleter_calls == 1
+
+
+@pytest.fixture(scope="module")
+def hostile_lib(tmp_path_factory):
+    from support import hostile_table
+    return hostile_table.build(tmp_path_factory.mktemp("hostile_table"))
+
+
+def test_a_type_with_an_exchange_table_gives_its_memory_through_it(ext, hostile_lib):
+    from support import hostile_table
+    source = np.arange(4.0)
+    producer = hostile_table.fresh_table_type(hostile_lib, source)
+    exports = hostile_table.fresh_counts(hostile_lib)[2]
+    view = ext.get_buffer(producer(), writable=True)
+    assert view.address == source.ctypes.data and view.nbytes == 32 and view.dtype == (2, 64, 1)
+    assert hostile_table.fresh_counts(hostile_lib)[2] == exports + 1   # the table's export, no __dlpack__
+    torch = pytest.importorskip("torch")
+    t = torch.arange(6, dtype=torch.float32)
+    assert ext.get_buffer(t, writable=True).address == t.data_ptr()
