@@ -77,7 +77,7 @@ adoption_install_dlpack_ref() {
 # OUT.json and one `rule status` line a rule in OUT.rules; prints the counts.
 adoption_check() {
     local venv=$1 library=$2 out=$3
-    "$venv/bin/python" -m dlpack_ref check --library "$library" --format json --no-matrix > "$out.json" || true
+    "$venv/bin/python" -m dlpack_ref check --library "$library" --format json --no-matrix > "$out.json" 2> "$out.log" || true
     "$venv/bin/python" - "$out.json" "$library" > "$out.rules" <<'EOF'
 import json, sys
 report = json.load(open(sys.argv[1]))

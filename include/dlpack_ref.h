@@ -2764,6 +2764,47 @@ static inline int dlpack_ref_tensor_to_buffer(DLPackRefTensor* t, Py_buffer* vie
     return r;
 }
 
+/* The destructor a claimed capsule gets when it owns the buffer made of its
+ * tensor: the deleter, once, then the producer's own destructor (kept in
+ * the context), which finds the capsule used and leaves the tensor alone. */
+static inline void dlpack_ref_priv_owning_capsule_destroy(PyObject* capsule) {
+    DLPackRefTensor t;
+    PyCapsule_Destructor original;
+    void* context = PyCapsule_GetContext(capsule);
+    const char* name = PyCapsule_GetName(capsule);
+    memcpy(&original, &context, sizeof original);
+    t.versioned = name == dlpack_ref_priv_used_versioned
+                  || (name != NULL && strcmp(name, DLPACK_REF_CAPSULE_USED_VERSIONED) == 0);
+    t.managed = PyCapsule_GetPointer(capsule, name);
+    if (t.managed == NULL) {
+        PyErr_Clear();
+        return;
+    }
+    DLPACK_REF_PRIV_KEEP_ERROR(dlpack_ref_release(&t); if (original != NULL) original(capsule));
+}
+
+/* Make the claimed `capsule` the owner of its tensor (1), so that a buffer
+ * needs no owner object of its own: the producer's destructor goes to the
+ * capsule's context and dlpack_ref_priv_owning_capsule_destroy takes its
+ * place. 0 (nothing changed) when the producer uses the context. */
+static inline int dlpack_ref_priv_capsule_takes_ownership(PyObject* capsule) {
+    PyCapsule_Destructor original;
+    void* context;
+    if (sizeof original != sizeof context || PyCapsule_GetContext(capsule) != NULL) return 0;
+    original = PyCapsule_GetDestructor(capsule);
+    memcpy(&context, &original, sizeof context);
+    if (PyCapsule_SetContext(capsule, context) < 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    if (PyCapsule_SetDestructor(capsule, dlpack_ref_priv_owning_capsule_destroy) < 0) {
+        PyErr_Clear();
+        PyCapsule_SetContext(capsule, NULL);
+        return 0;
+    }
+    return 1;
+}
+
 /* Take the tensor of a DLPack capsule (dlpack_ref_take_as, `dtypes`:
  * DLPACK_REF_DTYPES_*) into `view` (dlpack_ref_tensor_to_buffer); *device
  * receives its device and *dtype (unless NULL) its data type, for a
@@ -2789,6 +2830,18 @@ static inline int dlpack_ref_capsule_to_buffer(PyObject* capsule, Py_buffer* vie
         dlpack_ref_refuse_copied(capsule);
         DLPACK_REF_PRIV_KEEP_ERROR(dlpack_ref_release(&t));
         return -1;
+    }
+    if (dlpack_ref_priv_check_buffer(&t, flags) < 0) {
+        DLPACK_REF_PRIV_KEEP_ERROR(dlpack_ref_release(&t));
+        return -1;
+    }
+    if (dlpack_ref_priv_capsule_takes_ownership(capsule)) {
+        /* The capsule is the owner (view->obj): no object is made. */
+        const DLTensor* d = t.dl_tensor;
+        int64_t count = dlpack_ref_element_count(d->shape, d->ndim);
+        return PyBuffer_FillInfo(view, capsule, (char*)d->data + d->byte_offset,
+                                 (Py_ssize_t)dlpack_ref_nbytes(count, dlpack_ref_storage_bits(d->dtype, t.flags)),
+                                 (t.flags & DLPACK_FLAG_BITMASK_READ_ONLY) != 0, flags);
     }
     return dlpack_ref_tensor_to_buffer(&t, view, flags);
 }

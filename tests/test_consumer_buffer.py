@@ -186,6 +186,8 @@ _IsValid = ctypes.pythonapi.PyCapsule_IsValid
 _IsValid.argtypes, _IsValid.restype = [ctypes.py_object, ctypes.c_char_p], ctypes.c_int
 _SetDestructor = ctypes.pythonapi.PyCapsule_SetDestructor
 _SetDestructor.argtypes, _SetDestructor.restype = [ctypes.py_object, ctypes.c_void_p], ctypes.c_int
+_SetContext = ctypes.pythonapi.PyCapsule_SetContext
+_SetContext.argtypes, _SetContext.restype = [ctypes.py_object, ctypes.c_void_p], ctypes.c_int
 _destroyed = []
 
 
@@ -205,6 +207,7 @@ class _PythonDestructorProducer:
     def __dlpack__(self, **kwargs):
         cap = self.factory.make(**self.make)
         _SetDestructor(cap, ctypes.cast(_python_destructor, ctypes.c_void_p).value)
+        _SetContext(cap, None)   # this destructor needs none: the capsule may own its buffer
         return cap
 
 
@@ -235,3 +238,26 @@ def test_a_type_with_an_exchange_table_gives_its_memory_through_it(ext, hostile_
     torch = pytest.importorskip("torch")
     t = torch.arange(6, dtype=torch.float32)
     assert ext.get_buffer(t, writable=True).address == t.data_ptr()
+
+
+def test_a_capsule_whose_context_is_free_is_the_buffers_owner(ext):
+    import sys
+    x = np.arange(4.0)
+    refs = sys.getrefcount(x)
+    view = ext.get_buffer(_Once(x.__dlpack__(max_version=(1, 3))), writable=True)
+    # no owner object of its own: the producer's capsule, renamed, holds the tensor
+    assert capsule_name(view.owner) == b"used_dltensor_versioned" and view.address == x.ctypes.data
+    assert sys.getrefcount(x) == refs + 1
+    view.release()
+    assert sys.getrefcount(x) == refs
+
+
+def test_the_producers_own_destructor_still_runs_after_the_deleter(ext, factory):
+    del _destroyed[:]
+    view = ext.get_buffer(_PythonDestructorProducer(factory, shape=(3,)))
+    assert capsule_name(view.owner) == b"used_dltensor_versioned"
+    gc.collect()
+    assert factory.deleter_calls == 0 and _destroyed == []
+    view.release()
+    gc.collect()
+    assert factory.deleter_calls == 1 and _destroyed == [False]
