@@ -2808,9 +2808,12 @@ static inline int dlpack_ref_priv_capsule_takes_ownership(PyObject* capsule) {
 /* Take the tensor of a DLPack capsule (dlpack_ref_take_as, `dtypes`:
  * DLPACK_REF_DTYPES_*) into `view` (dlpack_ref_tensor_to_buffer); *device
  * receives its device and *dtype (unless NULL) its data type, for a
- * consumer that derives an element format of its own. `announced` (NULL: none) is the device the producer
- * said it is on: a tensor elsewhere is refused. 0, or -1 with the error set
- * (the deleter called once when the tensor was taken). */
+ * consumer that derives an element format of its own. `announced` (NULL:
+ * none) is the device the producer said it is on: a tensor elsewhere is
+ * refused; so is one flagged IS_COPIED (CopyForbiddenError). The buffer's
+ * owner is the capsule itself when its context is free, else a capsule
+ * made here. 0, or -1 with the error set (the deleter called once when the
+ * tensor was taken). */
 static inline int dlpack_ref_capsule_to_buffer(PyObject* capsule, Py_buffer* view, int flags, int dtypes,
                                                const DLDevice* announced, DLDevice* device, DLDataType* dtype) {
     DLPackRefTensor t;
