@@ -17,8 +17,10 @@ loop's own cost subtracted).
 Cases: ``MPI.COMM_SELF.Sendrecv`` of 16 float32 and ``MPI.buffer`` (the
 import alone) of arrays exported by NumPy, dlpack_ref.Array and PyTorch.
 NumPy's and dlpack-ref's arrays also have the buffer protocol, which mpi4py
-prefers: they are wrapped in an object with their ``__dlpack__`` and
-``__dlpack_device__`` alone, so that the message takes the DLPack path.
+prefers, so they reach DLPack in two shapes: an object holding their bound
+``__dlpack__`` and ``__dlpack_device__`` as attributes (``numpy``,
+``dlpack_ref.Array``), and a producer written in Python whose methods call
+theirs (``Python producer of ...``).
 PyTorch comes from the venv this driver runs in (appended to the children's
 sys.path, after their own packages) when theirs has none.
 
@@ -28,6 +30,7 @@ Target: adopted/released <= 1.0 for every case, in instructions.
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import json
 import os
 import subprocess
@@ -49,6 +52,15 @@ class DLPackOnly:  # the producer's own __dlpack__ and __dlpack_device__, no buf
     def __init__(self, a):
         self.__dlpack__, self.__dlpack_device__ = a.__dlpack__, a.__dlpack_device__
 
+class Exported:  # a producer written in Python, delegating to the array's exporter
+    __slots__ = ("_a",)
+    def __init__(self, a):
+        self._a = a
+    def __dlpack__(self, **kwargs):
+        return self._a.__dlpack__(**kwargs)
+    def __dlpack_device__(self):
+        return self._a.__dlpack_device__()
+
 comm = MPI.COMM_SELF
 def pair(make):
     return make(), make()
@@ -56,6 +68,8 @@ np_x, np_y = pair(lambda: DLPackOnly(np.zeros(16, np.float32)))
 dr_x, dr_y = pair(lambda: DLPackOnly(dlpack_ref.zeros(16, dtype="float32")))
 import torch
 pt_x, pt_y = pair(lambda: torch.zeros(16))
+npy_x, npy_y = pair(lambda: Exported(np.zeros(16, np.float32)))
+dry_x, dry_y = pair(lambda: Exported(dlpack_ref.zeros(16, dtype="float32")))
 """
 
 STATEMENTS = {
@@ -65,6 +79,10 @@ STATEMENTS = {
     "MPI.buffer(numpy)": "MPI.buffer(np_x)",
     "MPI.buffer(dlpack_ref.Array)": "MPI.buffer(dr_x)",
     "MPI.buffer(torch)": "MPI.buffer(pt_x)",
+    "Sendrecv(Python producer of numpy)": "comm.Sendrecv(npy_x, 0, 0, npy_y, 0, 0)",
+    "Sendrecv(Python producer of dlpack_ref.Array)": "comm.Sendrecv(dry_x, 0, 0, dry_y, 0, 0)",
+    "MPI.buffer(Python producer of numpy)": "MPI.buffer(npy_x)",
+    "MPI.buffer(Python producer of dlpack_ref.Array)": "MPI.buffer(dry_x)",
 }
 
 
@@ -167,7 +185,8 @@ def main(argv=None) -> int:
         for b in (("released", "adopted") if r % 2 == 0 else ("adopted", "released")):
             for name, ns in child(builds[b], "time", args.loops, args.repeats).items():
                 best[b][name] = min(best[b].get(name, float("inf")), ns)
-    counts = {b: counted(v, args.count_loops) for b, v in builds.items()}
+    with concurrent.futures.ThreadPoolExecutor(len(builds)) as pool:   # one child each, under callgrind
+        counts = dict(zip(builds, pool.map(lambda v: counted(v, args.count_loops), builds.values())))
     cases = []
     for name in STATEMENTS:
         cases.append({
