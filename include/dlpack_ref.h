@@ -42,6 +42,8 @@
  *     then the capsule owned by a Python object or by a count)
  *   - the exchange-table builder: __dlpack_c_exchange_api__ of an adopter's type
  *   - the consumer protocol: from_dlpack(x, /, *, device=None, copy=None)
+ *   - the consumer of memory as bytes: a Py_buffer over the producer's
+ *     memory, any device, any data type with a size (dlpack_ref_get_buffer)
  *   - dlpack_ref.Array, through its exchange table (only these two calls
  *     need dlpack-ref installed)
  */
@@ -336,17 +338,46 @@ static inline int dlpack_check_byte_offset(const DLTensor* t) {
     return 0;
 }
 
-/* Every rule a DLTensor must meet before any of its fields is trusted. */
-static inline int dlpack_check_tensor(const DLTensor* t, uint64_t flags, int null_strides_ok) {
+/* What a consumer accepts as a tensor's data type (the `dtypes` argument of
+ * the *_as calls):
+ *   DLPACK_REF_DTYPES_DLPACK: the DLPack 1.3 data types (dlpack_check_dtype),
+ *     for a consumer that reads elements;
+ *   DLPACK_REF_DTYPES_AS_BYTES: any (code, bits, lanes) whose element has a
+ *     size (bits and lanes not 0), for a consumer that takes the memory as
+ *     bytes and never reads an element by its type (a message buffer, a
+ *     byte copy): float128 or a vendor's code is as many bytes as any other. */
+#define DLPACK_REF_DTYPES_DLPACK 0
+#define DLPACK_REF_DTYPES_AS_BYTES 1
+
+static inline int dlpack_check_dtype_as(DLDataType dtype, int dtypes) {
+    if (dtypes != DLPACK_REF_DTYPES_AS_BYTES) return dlpack_check_dtype(dtype);
+    if (dtype.bits == 0 || dtype.lanes == 0) {
+        PyErr_Format(PyExc_BufferError,
+                     "DLDataType(code=%d, bits=%d, lanes=%d) has no size: bits and lanes must be at least 1",
+                     (int)dtype.code, (int)dtype.bits, (int)dtype.lanes);
+        return -1;
+    }
+    return 0;
+}
+
+/* Every rule a DLTensor must meet before any of its fields is trusted, with
+ * the data types `dtypes` accepts (DLPACK_REF_DTYPES_*). */
+static inline int dlpack_check_tensor_as(const DLTensor* t, uint64_t flags, int null_strides_ok, int dtypes) {
     int64_t count;
-    if (dlpack_check_ndim(t->ndim) < 0 || dlpack_check_dtype(t->dtype) < 0 || dlpack_check_device(t->device) < 0
-            || dlpack_check_shape(t) < 0 || dlpack_check_strides(t, null_strides_ok) < 0)
+    if (dlpack_check_ndim(t->ndim) < 0 || dlpack_check_dtype_as(t->dtype, dtypes) < 0
+            || dlpack_check_device(t->device) < 0 || dlpack_check_shape(t) < 0
+            || dlpack_check_strides(t, null_strides_ok) < 0)
         return -1;
     count = dlpack_check_extents(t, flags);
     if (count < 0 || dlpack_check_span(t, count, flags) < 0 || dlpack_check_data(t, count) < 0
             || dlpack_check_byte_offset(t) < 0)
         return -1;
     return 0;
+}
+
+/* Every rule a DLTensor must meet, DLPack 1.3 data types only. */
+static inline int dlpack_check_tensor(const DLTensor* t, uint64_t flags, int null_strides_ok) {
+    return dlpack_check_tensor_as(t, flags, null_strides_ok, DLPACK_REF_DTYPES_DLPACK);
 }
 
 static inline int dlpack_check_version(const DLManagedTensorVersioned* m) {
@@ -362,14 +393,19 @@ static inline int dlpack_check_version(const DLManagedTensorVersioned* m) {
 }
 
 /* Every rule a managed tensor (DLManagedTensorVersioned* when `versioned`,
- * else DLManagedTensor*) must meet: the version, then dlpack_check_tensor.
- * The caller owns it and runs its deleter on failure. */
-static inline int dlpack_check_managed(void* managed, int versioned) {
+ * else DLManagedTensor*) must meet: the version, then dlpack_check_tensor_as
+ * with the data types `dtypes` accepts (dlpack_check_managed: DLPack's
+ * own). The caller owns it and runs its deleter on failure. */
+static inline int dlpack_check_managed_as(void* managed, int versioned, int dtypes) {
     DLManagedTensorVersioned* mv;
-    if (!versioned) return dlpack_check_tensor(&((DLManagedTensor*)managed)->dl_tensor, 0, 1);
+    if (!versioned) return dlpack_check_tensor_as(&((DLManagedTensor*)managed)->dl_tensor, 0, 1, dtypes);
     mv = (DLManagedTensorVersioned*)managed;
     if (dlpack_check_version(mv) < 0) return -1;
-    return dlpack_check_tensor(&mv->dl_tensor, mv->flags, mv->version.minor < 2);
+    return dlpack_check_tensor_as(&mv->dl_tensor, mv->flags, mv->version.minor < 2, dtypes);
+}
+
+static inline int dlpack_check_managed(void* managed, int versioned) {
+    return dlpack_check_managed_as(managed, versioned, DLPACK_REF_DTYPES_DLPACK);
 }
 
 /* The names of the capsules made here, and the names a claimed capsule
@@ -877,10 +913,10 @@ static inline void dlpack_ref_release(DLPackRefTensor* t) {
     t->dl_tensor = NULL;
 }
 
-/* Own `managed` and check it with dlpack_check_managed. On failure its
- * deleter has run once and the error is set; `out` is filled only on
- * success. */
-static inline int dlpack_ref_adopt(void* managed, int versioned, DLPackRefTensor* out) {
+/* Own `managed` and check it with dlpack_check_managed_as (`dtypes`:
+ * DLPACK_REF_DTYPES_*). On failure its deleter has run once and the error is
+ * set; `out` is filled only on success. */
+static inline int dlpack_ref_adopt_as(void* managed, int versioned, int dtypes, DLPackRefTensor* out) {
     DLPackRefTensor t;
     t.managed = managed;
     t.versioned = versioned;
@@ -891,12 +927,17 @@ static inline int dlpack_ref_adopt(void* managed, int versioned, DLPackRefTensor
         t.dl_tensor = &((DLManagedTensor*)managed)->dl_tensor;
         t.flags = 0;
     }
-    if (dlpack_check_managed(managed, versioned) < 0) {
+    if (dlpack_check_managed_as(managed, versioned, dtypes) < 0) {
         DLPACK_REF_PRIV_KEEP_ERROR(dlpack_ref_release(&t));
         return -1;
     }
     *out = t;
     return 0;
+}
+
+/* dlpack_ref_adopt_as with DLPack's own data types. */
+static inline int dlpack_ref_adopt(void* managed, int versioned, DLPackRefTensor* out) {
+    return dlpack_ref_adopt_as(managed, versioned, DLPACK_REF_DTYPES_DLPACK, out);
 }
 
 /* The managed tensor of an unconsumed `dltensor_versioned` or `dltensor`
@@ -959,14 +1000,27 @@ static inline void* dlpack_ref_claim(PyObject* capsule, int* versioned) {
 }
 
 /* Take ownership of the tensor of a `dltensor_versioned` or `dltensor`
- * capsule (dlpack_ref_claim) and check it (dlpack_ref_adopt). Whether this
- * library can hold memory of the tensor's device is the caller's to
- * decide. */
-static inline int dlpack_ref_take(PyObject* capsule, DLPackRefTensor* out) {
+ * capsule (dlpack_ref_claim) and check it (dlpack_ref_adopt_as, `dtypes`:
+ * DLPACK_REF_DTYPES_*; dlpack_ref_take: DLPack's own). Whether this library
+ * can hold memory of the tensor's device is the caller's to decide. */
+static inline int dlpack_ref_take_as(PyObject* capsule, int dtypes, DLPackRefTensor* out) {
     int versioned = 0;
     void* managed = dlpack_ref_claim(capsule, &versioned);
     if (managed == NULL) return -1;
-    return dlpack_ref_adopt(managed, versioned, out);
+    return dlpack_ref_adopt_as(managed, versioned, dtypes, out);
+}
+
+static inline int dlpack_ref_take(PyObject* capsule, DLPackRefTensor* out) {
+    return dlpack_ref_take_as(capsule, DLPACK_REF_DTYPES_DLPACK, out);
+}
+
+/* Drop a reference with the pending exception (if any) put aside: the last
+ * reference to a capsule runs its destructor, which may run Python code (a
+ * producer written in Python, a finalizer its deleter calls), and Python
+ * code must not start with an exception set. */
+static inline void dlpack_ref_decref_keeping_error(PyObject* o) {
+    if (PyErr_Occurred() == NULL) { Py_DECREF(o); return; }
+    DLPACK_REF_PRIV_KEEP_ERROR(Py_DECREF(o));
 }
 
 /* Walks tp.__mro__ to the first class whose __dict__ defines
@@ -1109,14 +1163,48 @@ typedef struct dlpack_ref_names {
     PyObject* kw_max_version;    /* ("max_version",) */
 } dlpack_ref_names;
 
+/* The names and, after them, the keyword names of every __dlpack__ request,
+ * made once: index bit 0 max_version, 1 stream, 2 dl_device, 3 copy, in
+ * that order ([0] NULL). dlpack_ref_protocol_names points at `names`. */
+typedef struct dlpack_ref_priv_names_block {
+    dlpack_ref_names names;
+    PyObject* kw_request[16];
+} dlpack_ref_priv_names_block;
 
-static inline void dlpack_ref_priv_clear_names(dlpack_ref_names* n) {
+#define DLPACK_REF_PRIV_KW_VERSION 1
+#define DLPACK_REF_PRIV_KW_STREAM 2
+#define DLPACK_REF_PRIV_KW_DL_DEVICE 4
+#define DLPACK_REF_PRIV_KW_COPY 8
+
+
+static inline void dlpack_ref_priv_clear_names(dlpack_ref_priv_names_block* b) {
+    dlpack_ref_names* n = &b->names;
     Py_CLEAR(n->dlpack); Py_CLEAR(n->dlpack_device); Py_CLEAR(n->exchange_api); Py_CLEAR(n->stream);
     Py_CLEAR(n->max_version); Py_CLEAR(n->dl_device); Py_CLEAR(n->copy); Py_CLEAR(n->device); Py_CLEAR(n->version);
     Py_CLEAR(n->kw_max_version);
+    {
+        int i;
+        for (i = 0; i < 16; ++i) Py_CLEAR(b->kw_request[i]);
+    }
 }
 
-static inline int dlpack_ref_priv_make_names(dlpack_ref_names* n) {
+/* The tuple of the keyword names in `mask` (DLPACK_REF_PRIV_KW_*), in the
+ * order of the bits (NULL with an error set). */
+static inline PyObject* dlpack_ref_priv_kw_tuple(const dlpack_ref_names* n, int mask) {
+    PyObject* keys[4];
+    PyObject* t;
+    Py_ssize_t k = 0, i;
+    if (mask & DLPACK_REF_PRIV_KW_VERSION) keys[k++] = n->max_version;
+    if (mask & DLPACK_REF_PRIV_KW_STREAM) keys[k++] = n->stream;
+    if (mask & DLPACK_REF_PRIV_KW_DL_DEVICE) keys[k++] = n->dl_device;
+    if (mask & DLPACK_REF_PRIV_KW_COPY) keys[k++] = n->copy;
+    if ((t = PyTuple_New(k)) == NULL) return NULL;
+    for (i = 0; i < k; ++i) { Py_INCREF(keys[i]); PyTuple_SET_ITEM(t, i, keys[i]); }
+    return t;
+}
+
+static inline int dlpack_ref_priv_make_names(dlpack_ref_priv_names_block* b) {
+    dlpack_ref_names* n = &b->names;
     n->dlpack = PyUnicode_InternFromString("__dlpack__");
     n->dlpack_device = PyUnicode_InternFromString("__dlpack_device__");
     n->exchange_api = PyUnicode_InternFromString("__dlpack_c_exchange_api__");
@@ -1128,9 +1216,13 @@ static inline int dlpack_ref_priv_make_names(dlpack_ref_names* n) {
     n->version = Py_BuildValue("(ii)", DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION);
     n->kw_max_version = n->max_version == NULL ? NULL : PyTuple_Pack(1, n->max_version);
     if (n->dlpack && n->dlpack_device && n->exchange_api && n->stream && n->max_version && n->dl_device && n->copy
-            && n->device && n->version && n->kw_max_version)
-        return 0;
-    dlpack_ref_priv_clear_names(n);
+            && n->device && n->version && n->kw_max_version) {
+        int mask;
+        for (mask = 1; mask < 16; ++mask)
+            if ((b->kw_request[mask] = dlpack_ref_priv_kw_tuple(n, mask)) == NULL) break;
+        if (mask == 16) return 0;
+    }
+    dlpack_ref_priv_clear_names(b);
     return -1;
 }
 
@@ -1140,25 +1232,26 @@ static inline const dlpack_ref_names* dlpack_ref_protocol_names(void) {
        child forked then. Each thread that finds no names makes its own and
        offers them in one compare-and-swap; the first offer is published,
        the others are dropped (the strings are interned: equal either way). */
-    static dlpack_ref_names* published = NULL;
-    dlpack_ref_names *mine, *seen = NULL;
-    const dlpack_ref_names* names = (const dlpack_ref_names*)_Py_atomic_load_ptr_acquire(&published);
-    if (names != NULL) return names;
-    mine = (dlpack_ref_names*)PyMem_RawCalloc(1, sizeof(dlpack_ref_names));
+    static dlpack_ref_priv_names_block* published = NULL;
+    dlpack_ref_priv_names_block *mine, *seen = NULL;
+    const dlpack_ref_priv_names_block* block =
+        (const dlpack_ref_priv_names_block*)_Py_atomic_load_ptr_acquire(&published);
+    if (block != NULL) return &block->names;
+    mine = (dlpack_ref_priv_names_block*)PyMem_RawCalloc(1, sizeof(dlpack_ref_priv_names_block));
     if (mine == NULL) { PyErr_NoMemory(); return NULL; }
     if (dlpack_ref_priv_make_names(mine) < 0) { PyMem_RawFree(mine); return NULL; }
-    if (_Py_atomic_compare_exchange_ptr(&published, &seen, mine)) return mine;
+    if (_Py_atomic_compare_exchange_ptr(&published, &seen, mine)) return &mine->names;
     dlpack_ref_priv_clear_names(mine);
     PyMem_RawFree(mine);
-    return seen;
+    return &seen->names;
 #else
-    static dlpack_ref_names names;
+    static dlpack_ref_priv_names_block block;
     static int ready = 0;
     if (!ready) {
-        if (dlpack_ref_priv_make_names(&names) < 0) return NULL;
+        if (dlpack_ref_priv_make_names(&block) < 0) return NULL;
         ready = 1;
     }
-    return &names;
+    return &block.names;
 #endif
 }
 
@@ -2255,23 +2348,18 @@ static inline PyObject* dlpack_ref_priv_call_dlpack(PyObject* x, int with_versio
                                                     PyObject* dl_device, PyObject* copy) {
     const dlpack_ref_names* n = dlpack_ref_protocol_names();
     PyObject* args[5];
-    PyObject* keys[4];
-    PyObject *kwnames, *result;
-    Py_ssize_t k = 0, i;
+    Py_ssize_t k = 0;
+    int mask = 0;
     if (n == NULL) return NULL;
     args[0] = x;
-    if (with_version) { args[1 + k] = n->version; keys[k++] = n->max_version; }
-    if (stream != NULL && stream != Py_None) { args[1 + k] = stream; keys[k++] = n->stream; }
-    if (dl_device != NULL && dl_device != Py_None) { args[1 + k] = dl_device; keys[k++] = n->dl_device; }
-    if (copy != NULL && copy != Py_None) { args[1 + k] = copy; keys[k++] = n->copy; }
-    if (k == 0) return dlpack_ref_call_method(&dlpack_ref_priv_dlpack_memo, n->dlpack, args, 1, NULL);
-    if (k == 1 && with_version)
-        return dlpack_ref_call_method(&dlpack_ref_priv_dlpack_memo, n->dlpack, args, 1, n->kw_max_version);
-    if ((kwnames = PyTuple_New(k)) == NULL) return NULL;
-    for (i = 0; i < k; ++i) { Py_INCREF(keys[i]); PyTuple_SET_ITEM(kwnames, i, keys[i]); }
-    result = dlpack_ref_call_method(&dlpack_ref_priv_dlpack_memo, n->dlpack, args, 1, kwnames);
-    Py_DECREF(kwnames);
-    return result;
+    if (with_version) { args[1 + k++] = n->version; mask |= DLPACK_REF_PRIV_KW_VERSION; }
+    if (stream != NULL && stream != Py_None) { args[1 + k++] = stream; mask |= DLPACK_REF_PRIV_KW_STREAM; }
+    if (dl_device != NULL && dl_device != Py_None) { args[1 + k++] = dl_device; mask |= DLPACK_REF_PRIV_KW_DL_DEVICE; }
+    if (copy != NULL && copy != Py_None) { args[1 + k++] = copy; mask |= DLPACK_REF_PRIV_KW_COPY; }
+    /* The keyword names come made (dlpack_ref_priv_names_block): no tuple
+       is built per call. */
+    return dlpack_ref_call_method(&dlpack_ref_priv_dlpack_memo, n->dlpack, args, 1,
+                                  mask ? ((const dlpack_ref_priv_names_block*)n)->kw_request[mask] : NULL);
 }
 
 /* Whether x has the attribute `name`, with the pending error (a failed call
@@ -2448,11 +2536,13 @@ static inline int dlpack_ref_priv_take_returned(PyObject* capsule, DLPackRefTens
             PyErr_Format(PyExc_TypeError, "__dlpack__ returned %U, not a DLPack capsule", tn);
             Py_DECREF(tn);
         }
-        Py_DECREF(capsule);
+        dlpack_ref_decref_keeping_error(capsule);
         return -1;
     }
     r = dlpack_ref_take(capsule, out);
-    Py_DECREF(capsule);
+    /* A refused capsule dies with the refusal pending: its destructor must
+       not see it. */
+    dlpack_ref_decref_keeping_error(capsule);
     return r;
 }
 
@@ -2740,6 +2830,264 @@ static inline int dlpack_ref_consumer_take(PyObject* x, PyObject* device, PyObje
     }
     *must_copy = r;
     return 0;
+}
+
+/* --- the consumer of memory as bytes: a Py_buffer over the producer's memory ---
+ * For a consumer that hands memory on without reading it by element type (a
+ * message library, a byte copy, a device-aware transport): the producer's
+ * own memory (copy=False), any device, any data type with a size, exposed
+ * as a Py_buffer whose owner (view->obj) runs the deleter when the buffer is
+ * released. Memory on a device is taken without being read: whether it can
+ * be read is the caller's to decide by the device it is given. */
+
+#define DLPACK_REF_BUFFER_OWNER_NAME "dlpack_ref.buffer_owner"
+
+/* The owner's destructor: the deleter of the tensor it holds, once (its
+ * context tells a versioned tensor from a legacy one). */
+static inline void dlpack_ref_priv_buffer_owner_destroy(PyObject* owner) {
+    DLPackRefTensor t;
+    t.managed = PyCapsule_GetPointer(owner, DLPACK_REF_BUFFER_OWNER_NAME);
+    t.versioned = PyCapsule_GetContext(owner) != NULL;
+    if (t.managed == NULL) { PyErr_Clear(); return; }
+    DLPACK_REF_PRIV_KEEP_ERROR(dlpack_ref_release(&t));
+}
+
+/* Whether the tensor is one block of memory in row-major (C) or
+ * column-major (Fortran) order, judged by the strides of the extents that
+ * are not 1 (NULL strides: row-major). */
+static inline int dlpack_ref_is_contiguous(const DLTensor* t) {
+    int32_t i;
+    int64_t c = 1, f = 1;
+    int c_ok = 1, f_ok = 1;
+    if (t->strides == NULL) return 1;
+    for (i = t->ndim - 1; i >= 0; --i) {
+        if (t->shape[i] == 0) return 1;
+        if (t->shape[i] != 1 && t->strides[i] != c) c_ok = 0;
+        c *= t->shape[i];
+    }
+    for (i = 0; i < t->ndim; ++i) {
+        if (t->shape[i] != 1 && t->strides[i] != f) f_ok = 0;
+        f *= t->shape[i];
+    }
+    return c_ok || f_ok;
+}
+
+/* What a Py_buffer of the taken tensor `t` needs besides the checks every
+ * tensor meets: one block of memory, and READ_ONLY memory asked for only
+ * read-only (`flags` of the buffer request, PyBUF_*). 0, or -1 with a
+ * BufferError; the caller releases the tensor. */
+static inline int dlpack_ref_priv_check_buffer(const DLPackRefTensor* t, int flags) {
+    if (!dlpack_ref_is_contiguous(t->dl_tensor)) {
+        PyErr_SetString(PyExc_BufferError,
+                        "the DLPack tensor is not contiguous (neither row-major nor column-major): a buffer is one "
+                        "block of memory; its deleter was called");
+        return -1;
+    }
+    if ((t->flags & DLPACK_FLAG_BITMASK_READ_ONLY) && (flags & PyBUF_WRITABLE) == PyBUF_WRITABLE) {
+        PyErr_SetString(PyExc_BufferError,
+                        "the DLPack tensor is flagged READ_ONLY and a writable buffer was asked for; its deleter "
+                        "was called");
+        return -1;
+    }
+    return 0;
+}
+
+/* Fill `view` (PyBuffer_FillInfo, `flags` PyBUF_*) with the memory of the
+ * taken tensor `t`, as bytes, owned by a capsule that runs the deleter when
+ * the buffer is released (PyBuffer_Release, or a Py_DECREF of view->obj).
+ * `t` is emptied, also on failure, when the deleter has run once. */
+static inline int dlpack_ref_tensor_to_buffer(DLPackRefTensor* t, Py_buffer* view, int flags) {
+    const DLTensor* d = t->dl_tensor;
+    PyObject* owner;
+    int r;
+    char* data = (char*)d->data + d->byte_offset;
+    int64_t count = dlpack_ref_element_count(d->shape, d->ndim);
+    Py_ssize_t len = (Py_ssize_t)dlpack_ref_nbytes(count, dlpack_ref_storage_bits(d->dtype, t->flags));
+    int readonly = (t->flags & DLPACK_FLAG_BITMASK_READ_ONLY) != 0;
+    if (dlpack_ref_priv_check_buffer(t, flags) < 0) {
+        DLPACK_REF_PRIV_KEEP_ERROR(dlpack_ref_release(t));
+        return -1;
+    }
+    owner = PyCapsule_New(t->managed, DLPACK_REF_BUFFER_OWNER_NAME, dlpack_ref_priv_buffer_owner_destroy);
+    if (owner == NULL || (t->versioned && PyCapsule_SetContext(owner, (void*)dlpack_ref_priv_used_versioned) < 0)) {
+        if (owner != NULL) PyCapsule_SetDestructor(owner, NULL);
+        Py_XDECREF(owner);
+        DLPACK_REF_PRIV_KEEP_ERROR(dlpack_ref_release(t));
+        return -1;
+    }
+    t->managed = NULL;   /* the owner's now */
+    t->dl_tensor = NULL;
+    r = PyBuffer_FillInfo(view, owner, data, len, readonly, flags);
+    dlpack_ref_decref_keeping_error(owner);   /* the view holds it; on failure this runs the deleter */
+    return r;
+}
+
+/* The destructor a claimed capsule gets when it owns the buffer made of its
+ * tensor: the deleter, once, then the producer's own destructor (kept in
+ * the context), which finds the capsule used and leaves the tensor alone. */
+static inline void dlpack_ref_priv_owning_capsule_destroy(PyObject* capsule) {
+    DLPackRefTensor t;
+    PyCapsule_Destructor original;
+    void* context = PyCapsule_GetContext(capsule);
+    const char* name = PyCapsule_GetName(capsule);
+    memcpy(&original, &context, sizeof original);
+    t.versioned = name == dlpack_ref_priv_used_versioned
+                  || (name != NULL && strcmp(name, DLPACK_REF_CAPSULE_USED_VERSIONED) == 0);
+    t.managed = PyCapsule_GetPointer(capsule, name);
+    if (t.managed == NULL) {
+        PyErr_Clear();
+        return;
+    }
+    DLPACK_REF_PRIV_KEEP_ERROR(dlpack_ref_release(&t); if (original != NULL) original(capsule));
+}
+
+/* Make the claimed `capsule` the owner of its tensor (1), so that a buffer
+ * needs no owner object of its own: the producer's destructor goes to the
+ * capsule's context and dlpack_ref_priv_owning_capsule_destroy takes its
+ * place. 0 (nothing changed) when the producer uses the context. */
+static inline int dlpack_ref_priv_capsule_takes_ownership(PyObject* capsule) {
+    PyCapsule_Destructor original;
+    void* context;
+    if (sizeof original != sizeof context || PyCapsule_GetContext(capsule) != NULL) return 0;
+    original = PyCapsule_GetDestructor(capsule);
+    memcpy(&context, &original, sizeof context);
+    if (PyCapsule_SetContext(capsule, context) < 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    if (PyCapsule_SetDestructor(capsule, dlpack_ref_priv_owning_capsule_destroy) < 0) {
+        PyErr_Clear();
+        PyCapsule_SetContext(capsule, NULL);
+        return 0;
+    }
+    return 1;
+}
+
+/* Take the tensor of a DLPack capsule (dlpack_ref_take_as, `dtypes`:
+ * DLPACK_REF_DTYPES_*) into `view` (dlpack_ref_tensor_to_buffer); *device
+ * receives its device and *dtype (unless NULL) its data type, for a
+ * consumer that derives an element format of its own. `announced` (NULL:
+ * none) is the device the producer said it is on: a tensor elsewhere is
+ * refused; so is one flagged IS_COPIED (CopyForbiddenError). The buffer's
+ * owner is the capsule itself when its context is free, else a capsule
+ * made here. 0, or -1 with the error set (the deleter called once when the
+ * tensor was taken). */
+static inline int dlpack_ref_capsule_to_buffer(PyObject* capsule, Py_buffer* view, int flags, int dtypes,
+                                               const DLDevice* announced, DLDevice* device, DLDataType* dtype) {
+    DLPackRefTensor t;
+    if (dlpack_ref_take_as(capsule, dtypes, &t) < 0) return -1;
+    *device = t.dl_tensor->device;
+    if (dtype != NULL) *dtype = t.dl_tensor->dtype;
+    if (announced != NULL && (announced->device_type != device->device_type
+                              || announced->device_id != device->device_id)) {
+        PyErr_Format(PyExc_BufferError,
+                     "__dlpack_device__() said (%d, %d) but the capsule's tensor is on (%d, %d); its deleter was "
+                     "called", (int)announced->device_type, (int)announced->device_id, (int)device->device_type,
+                     (int)device->device_id);
+        DLPACK_REF_PRIV_KEEP_ERROR(dlpack_ref_release(&t));
+        return -1;
+    }
+    if (t.flags & DLPACK_FLAG_BITMASK_IS_COPIED) {
+        dlpack_ref_refuse_copied(capsule);
+        DLPACK_REF_PRIV_KEEP_ERROR(dlpack_ref_release(&t));
+        return -1;
+    }
+    if (dlpack_ref_priv_check_buffer(&t, flags) < 0) {
+        DLPACK_REF_PRIV_KEEP_ERROR(dlpack_ref_release(&t));
+        return -1;
+    }
+    if (dlpack_ref_priv_capsule_takes_ownership(capsule)) {
+        /* The capsule is the owner (view->obj): no object is made. */
+        const DLTensor* d = t.dl_tensor;
+        int64_t count = dlpack_ref_element_count(d->shape, d->ndim);
+        return PyBuffer_FillInfo(view, capsule, (char*)d->data + d->byte_offset,
+                                 (Py_ssize_t)dlpack_ref_nbytes(count, dlpack_ref_storage_bits(d->dtype, t.flags)),
+                                 (t.flags & DLPACK_FLAG_BITMASK_READ_ONLY) != 0, flags);
+    }
+    return dlpack_ref_tensor_to_buffer(&t, view, flags);
+}
+
+/* x.__dlpack_device__(), then x.__dlpack__(max_version=(1, 3), copy=False),
+ * with stream=`stream` added when the announced device is not the CPU
+ * (NULL or None: no stream is passed; a consumer that orders the memory
+ * itself passes -1), and for a producer older than DLPack 1.0 (TypeError)
+ * the legacy call with that stream alone. The request of a consumer that
+ * takes the producer's own memory, on whatever device, without a copy:
+ * the capsule (new reference), *announced set; NULL with the error set
+ * (TypeError when x has no __dlpack__ or __dlpack_device__). */
+static inline PyObject* dlpack_ref_consumer_request_in_place(PyObject* x, PyObject* stream, DLDevice* announced) {
+    const dlpack_ref_names* n;
+    PyObject* capsule;
+    if (dlpack_ref_announced_device(x, announced) < 0) return NULL;
+    if (announced->device_type == kDLCPU) stream = NULL;
+    capsule = dlpack_ref_priv_call_dlpack(x, 1, stream, NULL, Py_False);
+    if (capsule != NULL) return capsule;
+    if (!PyErr_ExceptionMatches(PyExc_TypeError) && !PyErr_ExceptionMatches(PyExc_AttributeError)) return NULL;
+    if ((n = dlpack_ref_protocol_names()) == NULL) return NULL;
+    if (!dlpack_ref_priv_has(x, n->dlpack)) {
+        PyErr_Clear();
+        dlpack_ref_priv_not_dlpack(x);
+        return NULL;
+    }
+    if (!PyErr_ExceptionMatches(PyExc_TypeError)) return NULL;
+    /* A producer older than DLPack 1.0 rejects max_version and copy. */
+    PyErr_Clear();
+    return dlpack_ref_priv_call_dlpack(x, 0, stream, NULL, NULL);
+}
+
+/* A Py_buffer over the memory of any DLPack producer or capsule, for a
+ * consumer of bytes (see above): a capsule is taken as it is; a producer
+ * gives its tensor through its type's exchange table (no synchronization),
+ * else it is asked dlpack_ref_consumer_request_in_place(x, stream) and its
+ * tensor must be where it said. `dtypes`: DLPACK_REF_DTYPES_*; *device receives
+ * the memory's device, *dtype (unless NULL) its data type. 0 with `view` filled (its owner runs the deleter
+ * once, when the buffer is released), or -1 with the error set: BufferError
+ * for a tensor the checks refuse, a non-contiguous one, READ_ONLY memory
+ * asked writable (PyBUF_WRITABLE in `flags`) or one flagged IS_COPIED
+ * (CopyForbiddenError), the deleter called once. */
+static inline int dlpack_ref_get_buffer(PyObject* x, Py_buffer* view, int flags, int dtypes, PyObject* stream,
+                                        DLDevice* device, DLDataType* dtype) {
+    DLDevice announced;
+    PyObject *capsule, *owner;
+    const DLPackExchangeAPI* api;
+    DLPackRefTensor t;
+    int r;
+    if (PyCapsule_CheckExact(x)) return dlpack_ref_capsule_to_buffer(x, view, flags, dtypes, NULL, device, dtype);
+    /* A type with an exchange table gives its tensor with no capsule and no
+       synchronization, which is what the request below asks of any other
+       (its own memory, the stream left to the caller); any failure of the
+       table falls back to __dlpack__. */
+    api = dlpack_ref_exchange_api_memo_ref(&dlpack_ref_priv_api_memo, Py_TYPE(x), &owner);
+    if (api == NULL && PyErr_Occurred()) return -1;
+    r = api == NULL ? 0 : dlpack_ref_priv_take_by_table(api, x, &t);
+    Py_XDECREF(owner);
+    if (r < 0) return -1;
+    if (r > 0) {
+        *device = t.dl_tensor->device;
+        if (dtype != NULL) *dtype = t.dl_tensor->dtype;
+        if (t.flags & DLPACK_FLAG_BITMASK_IS_COPIED) {
+            dlpack_ref_refuse_copied(x);
+            DLPACK_REF_PRIV_KEEP_ERROR(dlpack_ref_release(&t));
+            return -1;
+        }
+        return dlpack_ref_tensor_to_buffer(&t, view, flags);
+    }
+    capsule = dlpack_ref_consumer_request_in_place(x, stream, &announced);
+    if (capsule == NULL) return -1;
+    if (!PyCapsule_CheckExact(capsule)) {
+        /* BufferError, as the buffer protocol reports memory it cannot
+           expose (dlpack_ref_take_returned says TypeError for an array). */
+        PyObject* tn = dlpack_ref_priv_type_name(capsule);
+        if (tn != NULL) {
+            PyErr_Format(PyExc_BufferError, "__dlpack__ returned %U, not a DLPack capsule", tn);
+            Py_DECREF(tn);
+        }
+        dlpack_ref_decref_keeping_error(capsule);
+        return -1;
+    }
+    r = dlpack_ref_capsule_to_buffer(capsule, view, flags, dtypes, &announced, device, dtype);
+    dlpack_ref_decref_keeping_error(capsule);
+    return r;
 }
 
 /* --- dlpack_ref.Array, through its exchange table ----------------------------

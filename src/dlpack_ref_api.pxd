@@ -31,6 +31,11 @@ from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from cpython.object cimport PyObject, PyTypeObject
 from dlpack cimport *
 
+# The Py_buffer of the buffer calls below by a name of its own: a module that
+# declares its own Py_buffer struct (as many do, from Python.h) casts its
+# pointer to this one.
+ctypedef Py_buffer dlpack_ref_py_buffer
+
 
 # --- the dtype and device tables (generated from dlpack-ref's Python tables) --
 
@@ -79,6 +84,14 @@ cdef extern from "dlpack_ref.h":
     int dlpack_check_tensor(const DLTensor* t, uint64_t flags, bint null_strides_ok) except -1
     int dlpack_check_version(const DLManagedTensorVersioned* m) except -1
     int dlpack_check_managed(void* managed, bint versioned) except -1
+    # the data types a consumer accepts: DLPack's own, or, for a consumer
+    # that takes memory as bytes, any with a size (bits and lanes not 0)
+    enum:
+        DLPACK_REF_DTYPES_DLPACK
+        DLPACK_REF_DTYPES_AS_BYTES
+    int dlpack_check_dtype_as(DLDataType dtype, int dtypes) except -1
+    int dlpack_check_tensor_as(const DLTensor* t, uint64_t flags, bint null_strides_ok, int dtypes) except -1
+    int dlpack_check_managed_as(void* managed, bint versioned, int dtypes) except -1
 
     # export: the one allocation, its deleters and capsule destructors
     int dlpack_ref_api_is_finalizing() noexcept nogil
@@ -134,6 +147,11 @@ cdef extern from "dlpack_ref.h":
     int dlpack_ref_adopt(void* managed, bint versioned, DLPackRefTensor* out) except -1
     void* dlpack_ref_claim(object capsule, bint* versioned) except NULL
     int dlpack_ref_take(object capsule, DLPackRefTensor* out) except -1
+    int dlpack_ref_adopt_as(void* managed, bint versioned, int dtypes, DLPackRefTensor* out) except -1
+    int dlpack_ref_take_as(object capsule, int dtypes, DLPackRefTensor* out) except -1
+    # Py_DECREF with the pending exception put aside (a capsule's destructor
+    # may run Python code)
+    void dlpack_ref_decref_keeping_error(PyObject* o) noexcept
     # the exchange table of type tp and, in owner, a new reference to the
     # capsule keeping it alive (NULL when none): released once the table is
     # no longer used. The second form (deprecated) returns only a table the
@@ -308,3 +326,20 @@ cdef extern from "dlpack_ref.h":
     int dlpack_ref_consumer_call_in_place(object x, object stream, DLDevice source, DLPackRefTensor* out) except -1
     int dlpack_ref_consumer_copy_needed(object x, DLDevice mem, uint64_t flags, DLDevice target, object copy,
                                         bint producer_did_it) except -1
+
+    # the consumer of memory as bytes: a Py_buffer over the producer's own
+    # memory (copy=False), any device, whose owner (view.obj) runs the
+    # deleter once when the buffer is released; *device: the memory's device,
+    # *dtype (unless NULL) its data type.
+    # BufferError for what the checks refuse, non-contiguous memory and
+    # READ_ONLY memory asked writable (PyBUF_WRITABLE), the deleter called once.
+    bint dlpack_ref_is_contiguous(const DLTensor* t) noexcept nogil
+    int dlpack_ref_tensor_to_buffer(DLPackRefTensor* t, Py_buffer* view, int flags) except -1
+    int dlpack_ref_capsule_to_buffer(object capsule, Py_buffer* view, int flags, int dtypes,
+                                     const DLDevice* announced, DLDevice* device, DLDataType* dtype) except -1
+    # x.__dlpack_device__(), then x.__dlpack__(max_version=(1, 3), copy=False)
+    # with stream passed only when the device is not the CPU (legacy call on
+    # TypeError): the capsule
+    object dlpack_ref_consumer_request_in_place(object x, object stream, DLDevice* announced)
+    int dlpack_ref_get_buffer(object x, Py_buffer* view, int flags, int dtypes, object stream,
+                              DLDevice* device, DLDataType* dtype) except -1

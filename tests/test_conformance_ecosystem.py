@@ -434,6 +434,17 @@ def test_a_plain_enum_device_type_is_judged_by_its_value(hostile):
     assert kept["status"] == "pass" and kept["detail"] == "kept as a device array on device_type 2, device_id 0, not read"
 
 
+def test_device_memory_kept_at_its_address_and_never_read_passes_the_device_rules(hostile):
+    # A consumer that hands device memory on without reading it (a message
+    # library with a device-aware transport) keeps the tensor's own address
+    # and refuses reads with BufferError: it neither reads nor crashes.
+    rc, results, _ = _checked("device_bytes", "--rules", "consumer.device_*")
+    for rule in ("consumer.device_opencl", "consumer.device_cuda_unreachable"):
+        assert results[rule]["status"] == "pass", results[rule]
+        assert results[rule]["detail"] == ("kept as device memory at its own address, never read (reading the "
+                                           "result raises BufferError)")
+
+
 def test_a_pointer_that_cannot_be_read_is_not_a_copy(hostile):
     rc, results, _ = _checked("unreadable_pointer")
     for rule in ("consumer.zero_copy_import", "consumer.copy_false", "consumer.copy_true"):

@@ -12,14 +12,14 @@
 # adoption is producer.patch (3 files of numkong's) plus the three vendored
 # headers copied beside numkong's own (dlpack.h, dlpack_ref.h,
 # dlpack_ref_tables.h, from dlpack_ref.get_include() of this checkout).
-# Everything is built under $ADOPTION_WORK/numkong (default .adoption-work/
+# Everything is built under $DLPACK_REF_ADOPTION_WORK/numkong (default .adoption-work/
 # at the repository root, gitignored); a second run reuses the downloads.
 # Exits non-zero on any regression.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 version=7.8.6
-work=${ADOPTION_WORK:-$repo/.adoption-work}/numkong
+work=${DLPACK_REF_ADOPTION_WORK:-$repo/.adoption-work}/numkong
 python=${PYTHON:-python3}
 mkdir -p "$work"
 cd "$work"

@@ -195,6 +195,30 @@ SOURCES = {
             return None, Consumer("unreadable_pointer", from_dlpack, tolist=lambda r: r._a.tolist(),
                                   data_ptr=lambda r: r.address, readonly=lambda r: r._a.readonly)
         ''',
+    "device_bytes": '''
+        import dlpack_ref as dr
+        from dlpack_ref.conformance import Consumer
+        from dlpack_ref.testing import read_capsule
+
+        class Message:  # mpi4py's buffers: device memory handed on by address, never read here
+            def __init__(self, x):
+                self.device = tuple(x.__dlpack_device__())
+                if self.device[0] == 1:
+                    self._a = dr.from_dlpack(x)
+                    self.address = self._a.data_ptr
+                else:  # the unconsumed capsule runs its deleter when it goes
+                    self._capsule = x.__dlpack__(max_version=(1, 3), copy=False, stream=-1)
+                    self.address = read_capsule(self._capsule)["data"]
+
+            def tolist(self):
+                if self.device[0] != 1:
+                    raise BufferError("buffer is not CPU-accessible")
+                return self._a.tolist()
+
+        def __dlpack_conformance__():
+            return None, Consumer("device_bytes", Message, tolist=lambda r: r.tolist(),
+                                  data_ptr=lambda r: r.address, readonly=lambda r: False)
+        ''',
 }
 
 

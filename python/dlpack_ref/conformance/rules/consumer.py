@@ -54,6 +54,12 @@ def attempt(c, obj, *, read_values=True, **kwargs) -> dict:
         out["device"] = [int(getattr(dev[0], "value", dev[0])), int(dev[1])]
     except Exception:
         out["device"] = None
+    if read_values == "unless_on_a_device":
+        # device memory at a bogus address: a result that says where it is
+        # is not read; one that does not is asked for its values, which a
+        # consumer that keeps device memory unread refuses (one that reads
+        # it crashes, and the runner reports the crash)
+        read_values = out["device"] is None
     if read_values:
         for key, fn in (("values", c.values), ("ptr", c.pointer), ("readonly", c.is_readonly)):
             try:
@@ -116,11 +122,13 @@ def looked(out: dict, p, device) -> dict:
     return out
 
 
-def import_made(c, f, *, device=(1, 0), **make) -> dict:
+def import_made(c, f, *, device=(1, 0), read_values=None, **make) -> dict:
     """The import of one capsule made with ``make`` (plain: no keyword),
-    with the capsule's name before and after."""
+    with the capsule's name before and after; the result is read when its
+    data was allocated, unless ``read_values`` says otherwise."""
     p = KeepingProducer(f, device=device, **make)
-    out = looked(attempt(c, p, read_values=make.get("data", "alloc") == "alloc"), p, device)
+    out = looked(attempt(c, p, read_values=make.get("data", "alloc") == "alloc" if read_values is None
+                         else read_values), p, device)
     if p.capsule is not None:
         name = capsule_name(p.capsule)
         out["name_after"] = name.decode() if name else None
@@ -334,9 +342,20 @@ def refuses_copy(out, problems, want):
     return None, [f"refused with {out['exc'][0]}"]
 
 
+def kept_unread(out) -> bool:
+    """The result holds the device memory's own address and refuses to be
+    read with BufferError: a consumer that hands device memory on (to a
+    device-aware library, as a message buffer) without reading it."""
+    return (out.get("ptr") == BOGUS_DEVICE_POINTER and "values" not in out
+            and str(out.get("values_error", "")).startswith("BufferError"))
+
+
 def refuses_device(out, problems, want):
     if not refused(out) and out.get("device") and out["device"][0] != 1:
         return None, [f"kept as a device array on {device_text(out['device'])}, not read"]
+    if not refused(out) and kept_unread(out):
+        return None, ["kept as device memory at its own address, never read (reading the result raises "
+                      f"{out['values_error'].split(':')[0]})"]
     return refuses_with_buffererror(out, problems, want)
 
 
@@ -789,14 +808,14 @@ def dtype_lanes(c):
 
 @rule("array-api", "from_dlpack, Raises: BufferError (incompatible device)")
 def device_opencl(c):
-    """an OpenCL tensor (bogus pointer) is refused with BufferError, never read"""
-    return judged(c, lambda f: import_made(c, f, shape=(3,), dtype=F64, device=(4, 0), data=BOGUS_DEVICE_POINTER),
-                  refuses_device)
+    """an OpenCL tensor (bogus pointer) is refused with BufferError (or kept as device memory), never read"""
+    return judged(c, lambda f: import_made(c, f, shape=(3,), dtype=F64, device=(4, 0), data=BOGUS_DEVICE_POINTER,
+                                           read_values="unless_on_a_device"), refuses_device)
 
 
 @rule("array-api", "from_dlpack, Raises: BufferError (incompatible device)")
 def device_cuda_unreachable(c):
     """a CUDA tensor (bogus pointer) the consumer cannot reach is refused with BufferError (or kept as a device array),
     never read"""
-    return judged(c, lambda f: import_made(c, f, shape=(3,), dtype=F64, device=(2, 0), data=BOGUS_DEVICE_POINTER),
-                  refuses_device)
+    return judged(c, lambda f: import_made(c, f, shape=(3,), dtype=F64, device=(2, 0), data=BOGUS_DEVICE_POINTER,
+                                           read_values="unless_on_a_device"), refuses_device)
