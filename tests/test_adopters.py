@@ -76,7 +76,7 @@ def adopter(request, tmp_path_factory) -> tuple[str, Path]:
 def test_the_recipes_build_the_installed_sources_against_the_vendored_files_only():
     """The recipes compile the installed sources (what `dlpack-ref-config
     --adopters` prints) against the installed include folder, which holds the
-    five files a vendoring library copies and nothing else."""
+    files a vendoring library copies (the whole protocol or one side of it) and nothing else."""
     package = Path(dlpack_ref.__file__).resolve().parent
     out = subprocess.run([sys.executable, "-m", "dlpack_ref._configtool", "--adopters", "--includedir"],
                          capture_output=True, text=True)
@@ -85,7 +85,8 @@ def test_the_recipes_build_the_installed_sources_against_the_vendored_files_only
     assert adopters == package / "adopters" == Path(dlpack_ref.adopters.get_dir())
     # The include folder is beside the compiled core (an editable install keeps the sources elsewhere).
     assert include == Path(dlpack_ref.get_include()) == Path(dlpack_ref._dlpack_ref.__file__).parent / "include"
-    assert {p.name for p in include.iterdir()} == {"dlpack.h", "dlpack_ref.h", "dlpack_ref_tables.h", "dlpack.pxd",
+    assert {p.name for p in include.iterdir()} == {"dlpack.h", "dlpack_ref.h", "dlpack_ref_consumer.h",
+                                                   "dlpack_ref_producer.h", "dlpack_ref_tables.h", "dlpack.pxd",
                                                    "dlpack_ref_api.pxd"}
     shipped = {p.name for p in adopters.iterdir() if p.name != "__pycache__"}
     assert shipped == {"__init__.py", "adopter_hook.py", "CMakeLists.txt", "c_adopter.c", "cpp_adopter.cpp",
