@@ -162,3 +162,48 @@ assert sys.getrefcount(x) == before, (sys.getrefcount(x), before)   # once: twic
 print("ok")
 """)
     assert out.strip() == "ok"
+
+
+_HOOK = '''
+import duties
+from dlpack_ref.harness.registry import subject
+from dlpack_ref.harness.subject import Consumer, Producer
+
+__version__ = "0"
+_kept = {}
+
+
+def __dlpack_conformance__():
+    reference = subject("dlpack_ref").producer
+
+    def factory(dtype, shape, readonly=False):
+        a = reference.factory(dtype, shape, readonly=readonly)
+        t = duties.from_dlpack(a)          # the module's own array: a zero-copy import
+        _kept[id(t)] = (t, a.tolist())
+        return t
+
+    producer = Producer("duties_check", factory, tolist=lambda x: _kept[id(x)][1], unexportable=lambda: {})
+    consumer = Consumer("duties_check", duties.from_dlpack, cpu_device=(1, 0), spec="duties_check")
+    return producer, consumer
+'''
+
+
+def test_the_checker_passes_the_module_of_the_checklist(duties):
+    """`dlpack-ref check` judges the module both ways: no rule fails, the
+    read-only rules of both sides pass, and only what the module has not
+    (copies: no copy callback) or the hook gives none of is not supported."""
+    import json
+
+    (duties / "duties_check.py").write_text(_HOOK)
+    out = subprocess.run([sys.executable, "-m", "dlpack_ref", "check", "--library", "duties_check", "--format",
+                          "json"], cwd=duties, capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(duties)}, timeout=300)
+    report = json.loads(out.stdout)
+    status = {r["check"]: r["status"] for r in report["libraries"][0]["results"]}
+    assert {c: s for c, s in status.items() if s not in ("pass", "not supported")} == {}
+    assert out.returncode == 0, out.stderr[-2000:]
+    for rule in ("producer.read_only_flag", "producer.read_only_legacy_refused", "consumer.read_only"):
+        assert status[rule] == "pass", rule
+    assert {c for c, s in status.items() if s == "not supported"} <= {
+        "consumer.copy_true", "producer.copy_true_copies", "producer.copy_true_flag",   # no copy callback
+        "producer.view_values", "producer.scalar", "producer.buffererror_for_unexportable"}   # none given
