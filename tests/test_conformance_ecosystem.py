@@ -123,7 +123,8 @@ def test_each_failure_has_a_reproduction_that_shows_it(lib, tmp_path):
 
 def test_any_fatal_signal_reproduces_a_crash():
     # torch's crash on ndim -1 is undefined behaviour: SIGSEGV in the check, SIGBUS in a reproduction
-    crashed = result_from_dict({"status": "fail", "detail": "the consumer crashed the process (killed by SIGSEGV)"},
+    crashed = result_from_dict({"status": "fail", "detail": "the consumer crashed the process (killed by SIGSEGV)",
+                                "crash": "SIGSEGV"},
                                RULES["consumer.ndim_negative"])
     assert mismatch(crashed, subprocess.CompletedProcess([], -7, "", "")) is None
     assert mismatch(crashed, subprocess.CompletedProcess([], 1, "observed: accepted", "")) is not None

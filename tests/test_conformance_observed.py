@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import struct
 
 import pytest
@@ -25,6 +26,7 @@ from dlpack_ref.conformance.model import Result
 from dlpack_ref.conformance.rules import entries
 from dlpack_ref.conformance.report import LibraryRun, Run, render
 from dlpack_ref.harness.exchange import cell_text, exchange
+from dlpack_ref.harness.outcome import Failure, failure_json
 from dlpack_ref.harness.registry import subject as library
 from dlpack_ref.testing import CapsuleFactory, ForeignProducer, read_values
 from support import command
@@ -255,16 +257,16 @@ def _run_of_every_kind() -> Run:
     rule = RULES["producer.zero_dim"]
     results = [Result(rule, status, f"{status.value} detail", subject="lib") for status in Status]
     results.append(Result(RULES["consumer.shape_null"], Status.FAIL,
-                          "the consumer crashed the process (killed by SIGSEGV)", subject="lib"))
+                          "the consumer crashed the process (killed by SIGSEGV)", subject="lib", crash="SIGSEGV"))
     cells = {("lib", "lib"): {"works": True, "zero_copy": True, "values_ok": True},
              ("lib", "other"): {"works": True, "zero_copy": False, "values_ok": True},
              ("other", "lib"): {"works": True, "zero_copy": None, "values_ok": True, "note": "pointer unreadable"},
              ("other", "other"): {"works": True, "zero_copy": True, "values_ok": False},
              ("third", "lib"): {"works": False, "exc_type": "BufferError", "exc_message": "no"},
              ("third", "other"): {"works": False, "not_supported": "no float32 arrays here"},
-             ("lib", "third"): {"crashed": "killed by SIGSEGV"},
-             ("other", "third"): {"crashed": "hung: no answer in 60 s"},
-             ("third", "third"): {"worker_error": "the worker failed"}}
+             ("lib", "third"): failure_json(Failure.ended(-signal.SIGSEGV)),
+             ("other", "third"): failure_json(Failure.timed_out(60)),
+             ("third", "third"): failure_json(Failure.raised("RuntimeError", "the worker failed"))}
     libraries = {name: LibraryRun(name, "1", results if name == "lib" else [], adapter="")
                  for name in ("lib", "other", "third")}
     return Run(libraries, [], {}, cells, AllowList(), None, [], [], 1)

@@ -251,8 +251,8 @@ def test_a_worker_ends_the_helpers_of_its_library_when_it_ends(tmp_path, cleanup
     """Through the runner alone (the API's path: no command line, no
     subreaper), each worker's helpers end with it, detached ones included."""
     write_library(tmp_path, "starts_helpers", at_import=HELPERS)
-    script = ("from dlpack_ref.harness.runner import described\n"
-              "d = described('starts_helpers')\n"
+    script = ("from dlpack_ref.harness.runner import description_of\n"
+              "d = description_of('starts_helpers')\n"
               "assert d.error is None, d.error\n"
               "import os; print(os.getpid())\n")
     proc = start(tmp_path, ["-c", script], command=[sys.executable])
@@ -356,3 +356,45 @@ def test_a_task_names_its_function_from_the_function_object():
     for unnamed in (lambda task, subjects: {}, nested):   # a child cannot import these by name
         with pytest.raises(ValueError, match="module-level function"):
             runner.task(unnamed)
+
+
+# --- one typed outcome crosses the pipe -------------------------------------------------------
+
+def _killed_by_sigsegv(task, subjects):
+    os.kill(os.getpid(), signal.SIGSEGV)
+
+
+def _exits_3(task, subjects):
+    os._exit(3)
+
+
+def _hangs(task, subjects):
+    time.sleep(60)
+
+
+def _raises(task, subjects):
+    raise KeyError("no such key")
+
+
+def test_a_task_s_failure_crosses_the_pipe_typed_and_its_readers_take_the_fields_not_the_words():
+    from dlpack_ref.conformance.model import result_from_outcome
+    from dlpack_ref.conformance.rules import RULES
+    from dlpack_ref.harness.exchange import cell_text
+    from dlpack_ref.harness.outcome import Failure, failure_json, failure_of
+    from dlpack_ref.harness.runner import Worker, task
+
+    with Worker(None, subject=object(), timeout=2) as worker:
+        outcomes = [worker.ask(task(f)) for f in (_killed_by_sigsegv, _exits_3, _hangs, _raises)]
+    assert [failure_of(o) for o in outcomes] == [
+        Failure("crashed", "killed by SIGSEGV", signal=signal.SIGSEGV),
+        Failure("crashed", "exited with status 3", exit_status=3),
+        Failure("hung", "hung for more than 2 s (killed)"),
+        Failure("error", "KeyError: 'no such key'", exception_type="KeyError")]
+    assert [failure_of(failure_json(failure_of(o))) for o in outcomes] == [failure_of(o) for o in outcomes]
+    assert [cell_text(o) for o in outcomes] == ["CRASH (SIGSEGV)", "CRASH", "HANG", "error"]
+    # the signal is read from its field: words of any other shape do not hide it
+    reworded = {**outcomes[0], "crashed": "ended by the kernel"}
+    assert cell_text(reworded) == "CRASH (SIGSEGV)"
+    result = result_from_outcome(reworded, RULES["consumer.shape_null"].rule, "lib")
+    assert (result.crash, result.detail) == ("SIGSEGV", "the consumer crashed the process (ended by the kernel)")
+    assert result_from_outcome(outcomes[2], RULES["consumer.shape_null"].rule, "lib").crash is None

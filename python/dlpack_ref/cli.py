@@ -22,7 +22,7 @@ from .harness.output import (EXIT_FAILED, EXIT_MISSING, EXIT_OK, EXIT_USAGE, Out
                              unwritable, unwritable_folder, write_report)
 from .harness.processes import Interrupted
 from .harness.registry import KNOWN, select
-from .harness.runner import described
+from .harness.runner import description_of
 
 _LIBRARIES = f"""\
 libraries (the same for check and bench):
@@ -341,7 +341,7 @@ def _check(args, progress: Progress, out, prog: str) -> int:
         for spec in selection.specs:
             tick = None
 
-            def described(checked, spec=spec):
+            def on_description(checked, spec=spec):
                 nonlocal tick
                 if checked.error is None:
                     d = checked.description
@@ -355,7 +355,7 @@ def _check(args, progress: Progress, out, prog: str) -> int:
                 if tick:
                     tick(f"{r.rule.id}: {r.status.value}" if r.failed else None, r.failed)
 
-            checked = check_spec(spec, only, on_result, described)
+            checked = check_spec(spec, only, on_result, on_description)
             if checked.error is not None:
                 unavailable[spec] = checked.error + _not_found_hint(spec)
                 continue
@@ -476,7 +476,7 @@ def _bench(args, progress: Progress, out) -> int:
     progress.say(f"bench: {len(selection.specs)} librar{'y' if len(selection.specs) == 1 else 'ies'} "
                  f"({', '.join(selection.specs)}): asking each in a child process what it has")
     for spec in selection.specs:
-        found = described(spec)
+        found = description_of(spec)
         error = found.error
         if error is None and not (found.sides["producer"] or found.sides["consumer"]):
             error = "nothing to benchmark: it has CUDA arrays only"

@@ -13,10 +13,20 @@ from figures import (checkout, libraries, render_adopters, render_adoption, rend
 from figures.checkout import FILES, NoData, Source, kind, pages, source
 
 
+# The markers of a block and of an inline figure, written here once: the
+# patterns that find them and the writer that rewrites them are made of these.
+BLOCK_MARKS = ("<!-- figures: {spec} -->\n", "<!-- end figures -->")
+INLINE_MARKS = ("<!-- figure: {spec} -->", "<!-- end figure -->")
+
+
+def _opening(marks: tuple[str, str]) -> str:
+    return re.escape(marks[0]).replace(re.escape("{spec}"), "(?P<spec>[^>]*?)")
+
+
 # A block's markers each start a line; an inline figure's are not in a code span.
 # Markers inside fenced code (an example of them) are not figures.
-BLOCK = re.compile(r"^<!-- figures: (?P<spec>[^>]*?) -->\n(?P<body>.*?)^<!-- end figures -->", re.S | re.M)
-INLINE = re.compile(r"(?<!`)<!-- figure: (?P<spec>[^>]*?) -->(?P<body>[^\n]*?)<!-- end figure -->(?!`)")
+BLOCK = re.compile(f"^{_opening(BLOCK_MARKS)}(?P<body>.*?)^{re.escape(BLOCK_MARKS[1])}", re.S | re.M)
+INLINE = re.compile(f"(?<!`){_opening(INLINE_MARKS)}(?P<body>[^\n]*?){re.escape(INLINE_MARKS[1])}(?!`)")
 FENCE = re.compile(r"^```.*?^```", re.S | re.M)
 
 
@@ -128,9 +138,8 @@ def regenerate(page: Path) -> str:
             name, args, paths = parse_spec(m.group("spec"))
             block = Block("", 0, m.group("spec"), name, args, [source(p) for p in paths], inline, "")
             render_block(block)
-            if inline:
-                return f"<!-- figure: {m.group('spec')} -->{block.rendered}<!-- end figure -->"
-            return f"<!-- figures: {m.group('spec')} -->\n{block.rendered}<!-- end figures -->"
+            opening, end = INLINE_MARKS if inline else BLOCK_MARKS
+            return opening.format(spec=m.group("spec")) + block.rendered + end
         return replace
     text = page.read_text(encoding="utf-8")
     text = BLOCK.sub(sub(False), text)

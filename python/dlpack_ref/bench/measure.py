@@ -21,6 +21,7 @@ from typing import Callable
 
 from dlpack_ref.harness.output import Silent, environment, tool
 from dlpack_ref.harness.processes import Interrupted
+from dlpack_ref.harness.outcome import failure_of
 from dlpack_ref.harness.registry import subject
 from dlpack_ref.harness.runner import function_name, run_tasks, task
 
@@ -97,10 +98,11 @@ def _record(status: str, reason: str | None = None) -> dict:
 def _refusal(outcome: dict) -> dict:
     if "interrupted" in outcome:
         return _record("not measured", "the run was interrupted before this call's pre-flight")
-    if "crashed" in outcome:
-        return _record("crashed", f"the call crashed its process ({outcome['crashed']}); not timed")
-    if "worker_error" in outcome:
-        return _record("error", outcome["worker_error"])
+    failure = failure_of(outcome)
+    if failure is not None and failure.crashed:
+        return _record("crashed", f"the call crashed its process ({failure.detail}); not timed")
+    if failure is not None:
+        return _record("error", failure.detail)
     what = "the array could not be made" if outcome.get("stage") == "make" else "refused"
     return _record("refused", f"{what}: {outcome['exc_type']}: {outcome['exc_message']}")
 
@@ -113,9 +115,8 @@ def _preflight(keys: list[tuple[str, ...]], copy_bytes: int, progress, outcomes:
     tick = progress.phase("pre-flight", len(tasks))
 
     def done(task, outcome):
-        bad = "crashed" in outcome or "worker_error" in outcome
-        tick(f"{name(tuple(task['key']))}: {outcome.get('crashed') or outcome.get('worker_error')}; not timed"
-             if bad else None, bad)
+        failure = failure_of(outcome)
+        tick(f"{name(tuple(task['key']))}: {failure.detail}; not timed" if failure else None, failure is not None)
         outcomes[tuple(task["key"])] = outcome
 
     run_tasks(tasks, spec="", on_done=done)

@@ -27,7 +27,7 @@ from typing import Any, Callable
 
 from dlpack_ref.harness.subject import Consumer, CudaProducer, NotSupported, Producer, Subject
 
-from .gate import AllowList
+from .gate import AllowList, blocking
 from .model import SOURCES, Result, Rule, Status
 from .rules import entries
 from .rules.support import CheckFailed
@@ -113,7 +113,7 @@ def assert_conforms(producer_factory=None, from_dlpack=None, *, allow: tuple[str
     """
     allowed = allow if isinstance(allow, AllowList) else AllowList().plus(list(allow))
     results = check(producer_factory, from_dlpack, name=name, **producer_options)
-    bad = [r for r in results if r.failed and allowed.reason(name, r.rule.id) is None]
+    bad = blocking({name: results}, allowed)
     if bad:
         raise AssertionError(f"{len(bad)} DLPack conformance check(s) failed:\n" + format_results(bad))
     return results

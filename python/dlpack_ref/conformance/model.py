@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import re
 
 from dlpack_ref.harness.observe import short
+from dlpack_ref.harness.outcome import failure_of
 
 # Where rules are written. The keys are what reports print.
 SOURCES = {
@@ -44,7 +44,9 @@ class Rule:
 
 @dataclasses.dataclass
 class Result:
-    """The outcome of one rule for one ``subject`` (a library name)."""
+    """The outcome of one rule for one ``subject`` (a library name);
+    ``crash``: the signal that ended the library's process (``SIGSEGV``),
+    None when this result is no crash."""
 
     rule: Rule
     status: Status
@@ -52,6 +54,7 @@ class Result:
     exc_type: str | None = None
     exc_message: str | None = None
     subject: str = ""
+    crash: str | None = None
 
     def to_dict(self) -> dict:
         return {
@@ -73,22 +76,17 @@ class Result:
         """FAIL or ERROR: the rule is broken or could not be checked."""
         return self.status in (Status.FAIL, Status.ERROR)
 
-    @property
-    def crash(self) -> str | None:
-        """The signal that ended the library's process (``SIGSEGV``), or
-        None when this result is no crash."""
-        found = re.search(r"crashed the process \(killed by (SIG[A-Z0-9]+|signal \d+)\)", self.detail)
-        return found.group(1) if found else None
-
 
 def result_from_outcome(outcome: dict, rule: Rule, subject: str) -> Result:
     """The Result of what a check's child sent back (the harness's
     ``crashed`` and ``worker_error`` outcomes included)."""
-    if "crashed" in outcome:
+    failure = failure_of(outcome)
+    if failure is not None and failure.crashed:
         side = "consumer" if rule.id.startswith("consumer.") else "library"
-        return Result(rule, Status.FAIL, f"the {side} crashed the process ({outcome['crashed']})", subject=subject)
-    if "worker_error" in outcome:
-        return Result(rule, Status.ERROR, outcome["worker_error"], subject=subject)
+        return Result(rule, Status.FAIL, f"the {side} crashed the process ({failure.detail})", subject=subject,
+                      crash=failure.signal_name)
+    if failure is not None:
+        return Result(rule, Status.ERROR, failure.detail, subject=subject)
     return Result(rule, Status(outcome["status"]), outcome.get("detail", ""), outcome.get("exception_type"),
                   outcome.get("exception_message"), subject=outcome.get("subject", subject))
 
@@ -96,4 +94,4 @@ def result_from_outcome(outcome: dict, rule: Rule, subject: str) -> Result:
 def result_from_dict(d: dict, rule: Rule) -> Result:
     """The inverse of Result.to_dict (a report's results read back)."""
     return Result(rule, Status(d["status"]), d.get("detail", ""), d.get("exception_type"),
-                  d.get("exception_message"), subject=d.get("subject", ""))
+                  d.get("exception_message"), subject=d.get("subject", ""), crash=d.get("crash"))

@@ -1,6 +1,6 @@
 """Running the checks, every call into a library in a child process (the
 harness's runner): a library's rules in one worker, which first says what
-the library is (:func:`dlpack_ref.harness.registry.describe`), and the
+the library is (:func:`dlpack_ref.harness.runner.description_of`), and the
 exchange matrix, each pair of libraries in a worker of its own, so that no
 library's import reaches another pair's cells."""
 
@@ -9,13 +9,13 @@ from __future__ import annotations
 from typing import Callable, Iterable
 
 from dlpack_ref.harness.exchange import exchange_task
-from dlpack_ref.harness.registry import Described
-from dlpack_ref.harness.runner import Worker, described, run_groups, task
+from dlpack_ref.harness.registry import Description
+from dlpack_ref.harness.runner import Worker, description_of, run_groups, task
 
 from .model import Result, result_from_outcome
 from .rules import RULES, entries, tasks_for
 
-__all__ = ["Checked", "describe", "sides", "check_spec", "run", "run_here", "run_matrix"]
+__all__ = ["Checked", "sides", "check_spec", "run", "run_here", "run_matrix"]
 
 
 def _results(worker: Worker, tasks: list[dict], name: str, on_result) -> list[Result]:
@@ -27,26 +27,23 @@ def _results(worker: Worker, tasks: list[dict], name: str, on_result) -> list[Re
     return results
 
 
-def describe(spec: str) -> dict:
-    """What the library ``spec`` is, found in a child process (its import
-    and its adapter run there, never here).
+def sides(target) -> dict[str, bool]:
+    """Which sides (producer, consumer, cuda) a subject or a spec has; a
+    spec's are found in a child process (its import and its adapter run
+    there, never here).
 
     Raises
     ------
     ImportError
-        When it cannot be had (its import raises, crashes or exits; its
-        adapter fails; nothing can be checked in it).
+        When a spec's library cannot be had (its import raises, crashes or
+        exits; its adapter fails; nothing can be checked in it).
     """
-    found = described(spec)
-    if found.error is not None:
-        raise ImportError(f"{spec}: {found.error}")
-    return found.description
-
-
-def sides(target) -> dict[str, bool]:
-    """Which sides (producer, consumer, cuda) a subject or a spec has."""
     if isinstance(target, str) or target.spec:
-        return Described(target, describe(target if isinstance(target, str) else target.spec)).sides
+        spec = target if isinstance(target, str) else target.spec
+        found = description_of(spec)
+        if found.error is not None:
+            raise ImportError(f"{spec}: {found.error}")
+        return found.sides
     return {"producer": target.producer is not None, "consumer": target.consumer is not None,
             "cuda": target.cuda is not None}
 
@@ -67,7 +64,7 @@ def run(target, only: Iterable[str] | None = None,
     Raises
     ------
     ImportError
-        When a spec's library cannot be had (see :func:`describe`).
+        When a spec's library cannot be had (see :func:`sides`).
     """
     wanted = None if only is None else set(only)
     if isinstance(target, str) or target.spec:
@@ -89,7 +86,7 @@ def run_here(subject, only: Iterable[str] | None = None) -> list[Result]:
             for e in entries() if getattr(subject, e.side) is not None and (wanted is None or e.rule.id in wanted)]
 
 
-class Checked(Described):
+class Checked(Description):
     """What checking one spec found: the library's description (or why it
     could not be had) and its results."""
 
@@ -98,12 +95,12 @@ class Checked(Described):
         self.results = results
 
 
-def check_spec(spec: str, only: set[str] | None = None, on_result=None, on_described=None) -> Checked:
+def check_spec(spec: str, only: set[str] | None = None, on_result=None, on_description=None) -> Checked:
     """Describe the library ``spec`` names and check it, in one worker."""
     with Worker(spec) as worker:
-        checked = Checked(spec, described(spec, worker).description, [])
-        if on_described:
-            on_described(checked)
+        checked = Checked(spec, description_of(spec, worker).description, [])
+        if on_description:
+            on_description(checked)
         if checked.error is None:
             checked.results = _results(worker, tasks_for(checked.sides, only, spec), spec, on_result)
     return checked

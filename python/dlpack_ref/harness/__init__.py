@@ -13,6 +13,9 @@ Modules, each with one job:
     the one selection of libraries both commands make.
 ``runner``
     The child-process runner: every call into a library runs in a child.
+``outcome``
+    How a task ended without an answer (a crash, a hang, an error), typed,
+    and the one pair of functions that write it to the pipe and read it.
 ``processes``
     The processes of a run and the signals that stop it: sessions, marks,
     the reaper, SIGINT and SIGTERM.

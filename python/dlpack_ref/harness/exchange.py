@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 
 from .observe import exc_name, same_values, short
+from .outcome import failure_of
 from .subject import NotSupported, data_pointer
 
 __all__ = ["exchange", "exchange_task", "cell_text", "CELL_LEGEND", "cell_reason"]
@@ -68,12 +69,12 @@ def exchange_task(task: dict, subjects) -> dict:
 
 def cell_text(cell: dict) -> str:
     """The word a report shows for a cell."""
-    if "crashed" in cell and cell["crashed"].startswith("hung"):
+    failure = failure_of(cell)
+    if failure is not None and failure.hung:
         return "HANG"
-    if "crashed" in cell:
-        signal = cell["crashed"].rpartition("killed by ")[2] if "killed by" in cell["crashed"] else ""
-        return f"CRASH ({signal})" if signal else "CRASH"
-    if "worker_error" in cell:
+    if failure is not None and failure.crashed:
+        return f"CRASH ({failure.signal_name})" if failure.signal_name else "CRASH"
+    if failure is not None:
         return "error"
     if cell.get("not_supported"):
         return "n/s"
@@ -107,10 +108,9 @@ def cell_reason(cell: dict) -> str | None:
     text = cell_text(cell)
     if text in ("zero-copy", "copy"):
         return None
-    if "crashed" in cell:
-        return cell["crashed"]
-    if "worker_error" in cell:
-        return cell["worker_error"]
+    failure = failure_of(cell)
+    if failure is not None:
+        return failure.detail
     if cell.get("not_supported"):
         return cell["not_supported"]
     if not cell.get("works"):

@@ -8,7 +8,7 @@ A spec is a known name (``numpy``), any importable module (``mylib``,
 checked through its factory hook or the generic adapter) or
 ``module:attr`` (the generic adapter with ``attr`` as the ``from_dlpack``).
 Only :func:`subject` imports a library; the commands call it in child
-processes (:func:`describe`), never in their own.
+processes (:func:`description_task`), never in their own.
 """
 
 from __future__ import annotations
@@ -23,10 +23,11 @@ import pkgutil
 from . import libraries
 from .libraries.generic import HOOK, generic_subject, hooked_subject
 from .observe import exc_name, short
+from .outcome import failure_of
 from .subject import Subject
 
-__all__ = ["KNOWN", "Selection", "Described", "installed", "in_lane", "select", "subject", "version_of", "module_of",
-           "describe", "main"]
+__all__ = ["KNOWN", "Selection", "Description", "installed", "in_lane", "select", "subject", "version_of", "module_of",
+           "description_task", "main"]
 
 
 def _library_files() -> dict:
@@ -146,7 +147,7 @@ def module_of(spec: str) -> str:
     return library.KNOWN.module if library is not None else spec.partition(":")[0]
 
 
-def describe(task: dict, subjects) -> dict:
+def description_task(task: dict, subjects) -> dict:
     """Child side: what the library ``task["spec"]`` is (version, which
     sides it has, what was looked for, how it was adapted), or why it cannot
     be had: ``{"error": ...}`` for anything its import or its adapter
@@ -163,9 +164,9 @@ def describe(task: dict, subjects) -> dict:
             "cuda": s.cuda is not None, "absent": s.absent, "adapter": s.adapter}
 
 
-class Described:
-    """What a child process said a library is (:func:`describe`'s answer,
-    or the runner's ``crashed`` / ``worker_error``)."""
+class Description:
+    """What a child process said a library is (:func:`description_task`'s
+    answer, or the runner's :class:`~.outcome.Failure`)."""
 
     def __init__(self, spec: str, description: dict):
         self.spec, self.description = spec, description
@@ -180,11 +181,11 @@ class Described:
         """Why the library cannot be checked or benchmarked at all: an import
         that raised, crashed or exited, an adapter that failed, nothing found
         in it (with what was looked for); None when it can be."""
-        d = self.description
-        if "crashed" in d:
-            return f"its process {d['crashed']} while importing and adapting it"
-        if "error" in d or "worker_error" in d:
-            return d.get("error") or d["worker_error"]
+        d, failure = self.description, failure_of(self.description)
+        if failure is not None and failure.crashed:
+            return f"its process {failure.detail} while importing and adapting it"
+        if "error" in d or failure is not None:
+            return d.get("error") or failure.detail
         if not any(self.sides.values()):
             return "nothing to check: " + ("; ".join(d["absent"].values()) or "no producer and no consumer")
         return None

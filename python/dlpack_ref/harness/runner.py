@@ -8,7 +8,8 @@ interpreter that imports nothing of the parent and builds the subjects its
 tasks name; a worker for a subject that exists only in this process (a
 lambda, a factory defined in a test) is a forked copy of it. When a worker
 dies (a signal, an abort, an exit) or a task hangs, that task's outcome is
-``{"crashed": how}`` and a fresh worker takes the next task.
+a :class:`~.outcome.Failure` (written by :func:`~.outcome.failure_json`)
+and a fresh worker takes the next task.
 
 A task is a dict made by :func:`task` from its function (a module-level
 function, named to the child by its module and name), which the child
@@ -39,11 +40,11 @@ from typing import Callable, Iterable
 
 from . import processes
 from .observe import exc_name, short
-from .registry import Described, describe, subject
+from .outcome import Failure, failure_json
+from .registry import Description, description_task, subject
 from .subject import Subject
 
-__all__ = ["TASK_TIMEOUT_S", "Subjects", "Worker", "task", "function_name", "described", "run_tasks", "run_groups",
-           "how_it_ended"]
+__all__ = ["TASK_TIMEOUT_S", "Subjects", "Worker", "task", "function_name", "description_of", "run_tasks", "run_groups"]
 
 MARK = "\x1edlpack-ref-runner "
 _MARK = MARK.encode()
@@ -115,23 +116,13 @@ def _serve(read_fd: int, write_fd: int, subjects: Subjects) -> None:
             try:
                 outcome = _perform(task, subjects)
             except BaseException as e:  # a task must always answer, SystemExit included
-                outcome = {"worker_error": f"{exc_name(e)}: {short(e)}"}
+                outcome = failure_json(Failure.raised(exc_name(e), short(e)))
             out.write(MARK + json.dumps({"done": outcome}, default=repr) + "\n")
 
 
 def serve_spec(spec: str, read_fd: str, write_fd: str) -> None:
     """Entry point of a fresh worker interpreter."""
     _serve(int(read_fd), int(write_fd), Subjects(spec=spec or None))
-
-
-def how_it_ended(returncode: int) -> str:
-    """A child's end in words: ``killed by SIGSEGV``, ``exited with status 3``."""
-    if returncode < 0:
-        try:
-            return f"killed by {signal.Signals(-returncode).name}"
-        except ValueError:
-            return f"killed by signal {-returncode}"
-    return f"exited with status {returncode}"
 
 
 def _status_code(status: int) -> int:
@@ -267,7 +258,7 @@ class Worker:
 
     def ask(self, task: dict) -> dict:
         """The outcome of one task: what its function returned, or
-        ``{"crashed": how}`` when the child died or hung.
+        a :class:`~.outcome.Failure`'s JSON when the child died or hung.
 
         Raises
         ------
@@ -288,10 +279,10 @@ class Worker:
                 processes.check_stopping()
                 return msg["done"]
         if ended:
-            outcome = {"crashed": how_it_ended(self._reap())}
+            outcome = failure_json(Failure.ended(self._reap()))
         else:
             self._reap()
-            outcome = {"crashed": f"hung for more than {self.timeout:.0f} s (killed)"}
+            outcome = failure_json(Failure.timed_out(self.timeout))
         processes.check_stopping()
         return outcome
 
@@ -383,12 +374,12 @@ def run_groups(groups: list[list[dict]], on_done: Callable[[dict, dict], None] |
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-def described(spec: str, worker: Worker | None = None) -> Described:
+def description_of(spec: str, worker: Worker | None = None) -> Description:
     """What the library ``spec`` is, asked of ``worker`` (a :class:`Worker`
     of that spec, kept for what follows) or of a child of its own: its
     import and its adapter run there, never here."""
-    asked = task(describe, spec=spec)
+    asked = task(description_task, spec=spec)
     if worker is not None:
-        return Described(spec, worker.ask(asked))
+        return Description(spec, worker.ask(asked))
     with Worker(spec) as child:
-        return Described(spec, child.ask(asked))
+        return Description(spec, child.ask(asked))
