@@ -398,3 +398,15 @@ def test_quick_run_over_every_installed_library(tmp_path, schema):
     assert _pair(doc, "dlpack_ref", "dlpack_ref")["status"] == "measured"
     if plot:
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_chart_of_an_overloaded_run_says_so_in_its_title():
+    # A chart is often shared alone, without the report's warning beside it.
+    from dlpack_ref.bench import chart
+    doc = {"machine": {"cpu": "Some CPU", "cores": 2, "load_average": {"start": [5.4, 5.0, 4.0]},
+                       "overloaded": True},
+           "settings": {"array": {"shape": [16], "dtype": "float32"}, "rounds": 31}}
+    title = chart.chart_title(doc)
+    assert "load 5.4" in title and "overloaded: these times are unreliable" in title
+    doc["machine"].update(overloaded=False, load_average={"start": [0.3, 0.2, 0.1]})
+    assert "unreliable" not in chart.chart_title(doc)

@@ -113,6 +113,19 @@ def fit_texts(fig, texts, width: float, height: float) -> int:
     return removed
 
 
+def chart_title(doc: dict) -> str:
+    """The chart's title: what was timed, on which machine, at which load;
+    a chart shared alone carries the warning its report gives when the
+    machine was overloaded (other work took turns with the calls timed)."""
+    m, s = doc["machine"], doc["settings"]
+    shape = "x".join(map(str, s["array"]["shape"]))
+    title = (f"from_dlpack latency, {shape}-element {s['array']['dtype']}, median of {s['rounds']} rounds\n"
+             f"{m['cpu']}, {m['cores']} cores, load {m['load_average']['start'][0]:.1f}")
+    if m.get("overloaded"):
+        title += " (overloaded: these times are unreliable)"
+    return title
+
+
 def heatmap(doc: dict, path: str) -> None:
     """Draw the latency matrix of a run (rows: producer, columns: consumer;
     colour: the median time per call on a log scale whose colour bar reads
@@ -157,11 +170,7 @@ def heatmap(doc: dict, path: str) -> None:
         ax.tick_params(length=0)
         bar = fig.colorbar(image, ax=ax, label="time per call, median (log scale)", pad=0.02, fraction=0.05)
         ns_axis(bar.ax.yaxis)
-        m, s = doc["machine"], doc["settings"]
-        shape = "x".join(map(str, s["array"]["shape"]))
-        ax.set_title(f"from_dlpack latency, {shape}-element {s['array']['dtype']}, median of {s['rounds']} "
-                     f"rounds\n{m['cpu']}, {m['cores']} cores, load {m['load_average']['start'][0]:.1f}",
-                     fontsize=FONT)
+        ax.set_title(chart_title(doc), fontsize=FONT)
         texts = []
         for i, p in enumerate(producers):
             for j, c in enumerate(consumers):
