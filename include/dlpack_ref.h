@@ -80,13 +80,30 @@ extern "C" {
 #endif
 
 /* A capsule's critical section (free-threaded 3.13+); the GIL serializes
- * the same code elsewhere. */
+ * the same code elsewhere. The limited API has none: a free-threaded build
+ * under it would claim capsules unserialized, so it is refused. */
+#if defined(Py_LIMITED_API) && defined(Py_GIL_DISABLED)
+#error "dlpack_ref.h: Py_LIMITED_API on a free-threaded build has no critical sections to serialize capsule claims"
+#endif
 #if PY_VERSION_HEX >= 0x030D0000 && !defined(Py_LIMITED_API)
 #define DLPACK_REF_BEGIN_CRITICAL_SECTION(o) Py_BEGIN_CRITICAL_SECTION(o)
 #define DLPACK_REF_END_CRITICAL_SECTION() Py_END_CRITICAL_SECTION()
 #else
 #define DLPACK_REF_BEGIN_CRITICAL_SECTION(o) {
 #define DLPACK_REF_END_CRITICAL_SECTION() }
+#endif
+
+/* Tuple access. The limited API (Py_LIMITED_API, abi3) has no access
+ * macros: there the checked calls stand in (one call each, and the item
+ * set steals the reference alike); every other build uses the macros. */
+#ifdef Py_LIMITED_API
+#define DLPACK_REF_TUPLE_SIZE(t) PyTuple_Size(t)
+#define DLPACK_REF_TUPLE_ITEM(t, i) PyTuple_GetItem((t), (i))
+#define DLPACK_REF_TUPLE_SET(t, i, v) ((void)PyTuple_SetItem((t), (i), (v)))
+#else
+#define DLPACK_REF_TUPLE_SIZE(t) PyTuple_GET_SIZE(t)
+#define DLPACK_REF_TUPLE_ITEM(t, i) PyTuple_GET_ITEM((t), (i))
+#define DLPACK_REF_TUPLE_SET(t, i, v) PyTuple_SET_ITEM((t), (i), (v))
 #endif
 
 /* A DLPack tensor taken from a capsule or a producer. The holder owns it:
@@ -108,7 +125,7 @@ static inline PyObject* dlpack_ref_priv_tuple(const int64_t* v, int32_t n) {
     for (i = 0; i < n; ++i) {
         PyObject* item = PyLong_FromLongLong((long long)v[i]);
         if (item == NULL) { Py_DECREF(t); return NULL; }
-        PyTuple_SET_ITEM(t, i, item);
+        DLPACK_REF_TUPLE_SET(t, i, item);
     }
     return t;
 }
@@ -119,8 +136,9 @@ static inline PyObject* dlpack_ref_priv_type_name(PyObject* o) {
 }
 
 /* Run `fn(arg)` with the pending exception (if any) put aside: a deleter may
- * run Python code (an owner's finalizer), which must not see it. */
-#if PY_VERSION_HEX >= 0x030C0000
+ * run Python code (an owner's finalizer), which must not see it. The
+ * limited API has PyErr_GetRaisedException from 3.12 on. */
+#if PY_VERSION_HEX >= 0x030C0000 && (!defined(Py_LIMITED_API) || Py_LIMITED_API + 0 >= 0x030C0000)
 #define DLPACK_REF_PRIV_KEEP_ERROR(call)                 \
     do {                                                 \
         PyObject* dlref_pending_ = PyErr_GetRaisedException(); \
@@ -438,8 +456,14 @@ static inline int dlpack_check_managed(void* managed, int versioned) {
  * the managed struct, then shape and strides (2 * ndim int64), then (CPython
  * 3.15+) the record of the interpreter that made the export. */
 
+/* Whether the interpreter is finalizing. The limited API below 3.13 has
+ * neither Py_IsFinalizing nor _Py_IsFinalizing: there the answer is
+ * !Py_IsInitialized(), which CPython turns false in Py_FinalizeEx at the
+ * same step that marks the runtime as finalizing. */
 static inline int dlpack_ref_api_is_finalizing(void) {
-#if PY_VERSION_HEX >= 0x030D0000
+#if defined(Py_LIMITED_API) && (Py_LIMITED_API + 0 < 0x030D0000 || PY_VERSION_HEX < 0x030D0000)
+    return !Py_IsInitialized();
+#elif PY_VERSION_HEX >= 0x030D0000
     return Py_IsFinalizing();
 #else
     return _Py_IsFinalizing();
@@ -458,8 +482,15 @@ static inline int dlpack_ref_api_is_finalizing(void) {
 static inline void dlpack_ref_api_release_block(PyObject* owner, void* block) {
     PyGILState_STATE st;
     if (!Py_IsInitialized()) return;
+#ifdef Py_LIMITED_API
+    /* No PyGILState_Check in the limited API: PyGILState_Ensure below nests
+       when this thread holds the GIL already (a deleter run by a consumer's
+       decref), at the cost of that call and its release. */
+    if (dlpack_ref_api_is_finalizing()) return;
+#else
     if (PyGILState_Check()) { Py_XDECREF(owner); PyMem_Free(block); return; }
     if (dlpack_ref_api_is_finalizing()) return;
+#endif
     st = PyGILState_Ensure();
     Py_XDECREF(owner);
     PyMem_Free(block);
@@ -1108,7 +1139,7 @@ static inline PyObject* dlpack_ref_priv_kw_tuple(const dlpack_ref_names* n, int 
     if (mask & DLPACK_REF_PRIV_KW_DL_DEVICE) keys[k++] = n->dl_device;
     if (mask & DLPACK_REF_PRIV_KW_COPY) keys[k++] = n->copy;
     if ((t = PyTuple_New(k)) == NULL) return NULL;
-    for (i = 0; i < k; ++i) { Py_INCREF(keys[i]); PyTuple_SET_ITEM(t, i, keys[i]); }
+    for (i = 0; i < k; ++i) { Py_INCREF(keys[i]); DLPACK_REF_TUPLE_SET(t, i, keys[i]); }
     return t;
 }
 
@@ -1184,6 +1215,33 @@ typedef struct dlpack_ref_method_memo {
     PyObject* method;
 } dlpack_ref_method_memo;
 
+/* The limited API has vectorcall from 3.12 only (Py_LIMITED_API and the
+ * headers both 0x030C0000 or later). Below that a method call is
+ * getattr(args[0], name), then PyObject_Call with a tuple of the positional
+ * arguments and a dict of the keyword ones, both built per call. */
+#if defined(Py_LIMITED_API) && (Py_LIMITED_API + 0 < 0x030C0000 || PY_VERSION_HEX < 0x030C0000)
+#define DLPACK_REF_PRIV_NO_VECTORCALL 1
+static inline PyObject* dlpack_ref_priv_call_method_tuple(PyObject* name, PyObject* const* args, size_t nargs,
+                                                          PyObject* kwnames) {
+    Py_ssize_t i, npos = (Py_ssize_t)nargs - 1, nk = kwnames == NULL ? 0 : PyTuple_Size(kwnames);
+    PyObject *m, *t = NULL, *kw = NULL, *r = NULL;
+    if ((m = PyObject_GetAttr(args[0], name)) == NULL) return NULL;
+    if ((t = PyTuple_New(npos)) == NULL) goto done;
+    for (i = 0; i < npos; ++i) { Py_INCREF(args[1 + i]); PyTuple_SetItem(t, i, args[1 + i]); }
+    if (nk > 0) {
+        if ((kw = PyDict_New()) == NULL) goto done;
+        for (i = 0; i < nk; ++i)
+            if (PyDict_SetItem(kw, PyTuple_GetItem(kwnames, i), args[nargs + (size_t)i]) < 0) goto done;
+    }
+    r = PyObject_Call(m, t, kw);
+done:
+    Py_XDECREF(kw);
+    Py_XDECREF(t);
+    Py_DECREF(m);
+    return r;
+}
+#endif
+
 /* args[0].name(*args[1:nargs], kwnames...) as PyObject_VectorcallMethod
  * calls it (nargs counts args[0]; kwnames NULL or a tuple, their values
  * after the positional ones), with the attribute found on the type kept
@@ -1219,6 +1277,9 @@ static inline PyObject* dlpack_ref_call_method(dlpack_ref_method_memo* memo, PyO
     r = PyObject_Vectorcall(m, args, nargs, kwnames);
     Py_DECREF(m);
     return r;
+#elif defined(DLPACK_REF_PRIV_NO_VECTORCALL)
+    (void)memo;
+    return dlpack_ref_priv_call_method_tuple(name, args, nargs, kwnames);
 #else
     (void)memo;
     return PyObject_VectorcallMethod(name, (PyObject* const*)args, nargs, kwnames);
@@ -1232,9 +1293,9 @@ static inline int dlpack_ref_device_answer_is(PyObject* answer, DLDevice device)
     PyObject *t, *i;
     int overflow = 0;
     long long tv, iv;
-    if (!PyTuple_CheckExact(answer) || PyTuple_GET_SIZE(answer) != 2) return 0;
-    t = PyTuple_GET_ITEM(answer, 0);
-    i = PyTuple_GET_ITEM(answer, 1);
+    if (!PyTuple_CheckExact(answer) || DLPACK_REF_TUPLE_SIZE(answer) != 2) return 0;
+    t = DLPACK_REF_TUPLE_ITEM(answer, 0);
+    i = DLPACK_REF_TUPLE_ITEM(answer, 1);
     if (!PyLong_Check(t) || PyBool_Check(t) || !PyLong_CheckExact(i)) return 0;
     tv = PyLong_AsLongLongAndOverflow(t, &overflow);
     if (overflow || (tv == -1 && PyErr_Occurred())) { PyErr_Clear(); return 0; }
@@ -1470,7 +1531,7 @@ static inline int dlpack_ref_table_failed(int status) { return status != 0 || Py
 static inline PyObject* dlpack_ref_table_error(PyObject* tp, const char* function, int status) {
     PyObject *cause = NULL, *name, *error;
     if (PyErr_Occurred()) {
-#if PY_VERSION_HEX >= 0x030C0000
+#if PY_VERSION_HEX >= 0x030C0000 && (!defined(Py_LIMITED_API) || Py_LIMITED_API + 0 >= 0x030C0000)
         cause = PyErr_GetRaisedException();
 #else
         PyObject *t, *v, *tb;
@@ -1491,11 +1552,22 @@ static inline PyObject* dlpack_ref_table_error(PyObject* tp, const char* functio
         error = PyObject_CallFunction(PyExc_BufferError, "N",
                                       PyUnicode_FromFormat("the DLPack exchange API of %U failed in %s: returned %d "
                                                            "without setting an exception", name, function, status));
-    else
+    else {
+#ifdef Py_LIMITED_API
+        /* No tp_name in the limited API: the cause's type is named by its __name__. */
+        PyObject* cause_type = dlpack_ref_priv_type_name(cause);
+        error = cause_type == NULL ? NULL : PyObject_CallFunction(
+                    PyExc_BufferError, "N",
+                    PyUnicode_FromFormat("the DLPack exchange API of %U failed in %s: returned 0 but set %U: %S",
+                                         name, function, cause_type, cause));
+        Py_XDECREF(cause_type);
+#else
         error = PyObject_CallFunction(PyExc_BufferError, "N",
                                       PyUnicode_FromFormat("the DLPack exchange API of %U failed in %s: returned 0 "
                                                            "but set %s: %S", name, function,
                                                            Py_TYPE(cause)->tp_name, cause));
+#endif
+    }
     Py_DECREF(name);
     if (error != NULL && cause != NULL) PyException_SetCause(error, cause);   /* steals cause */
     else Py_XDECREF(cause);
@@ -1547,9 +1619,9 @@ static inline int dlpack_ref_wants_versioned(PyObject* max_version) {
     long long v;
     int overflow = 0;
     if (max_version == Py_None) return 0;
-    if (!PyTuple_CheckExact(max_version) || PyTuple_GET_SIZE(max_version) != 2) goto bad;
-    major = PyTuple_GET_ITEM(max_version, 0);
-    minor = PyTuple_GET_ITEM(max_version, 1);
+    if (!PyTuple_CheckExact(max_version) || DLPACK_REF_TUPLE_SIZE(max_version) != 2) goto bad;
+    major = DLPACK_REF_TUPLE_ITEM(max_version, 0);
+    minor = DLPACK_REF_TUPLE_ITEM(max_version, 1);
     if (!PyLong_Check(major) || PyBool_Check(major) || !PyLong_Check(minor) || PyBool_Check(minor)) goto bad;
     v = PyLong_AsLongLongAndOverflow(major, &overflow);
     if (v == -1 && PyErr_Occurred()) return -1;
@@ -1573,9 +1645,9 @@ static inline int dlpack_ref_parse_dl_device(PyObject* obj, DLDevice* out) {
     PyObject *t, *i;
     long long tv, iv;
     int o1 = 0, o2 = 0;
-    if (!PyTuple_Check(obj) || PyTuple_GET_SIZE(obj) != 2) goto bad;
-    t = PyTuple_GET_ITEM(obj, 0);
-    i = PyTuple_GET_ITEM(obj, 1);
+    if (!PyTuple_Check(obj) || DLPACK_REF_TUPLE_SIZE(obj) != 2) goto bad;
+    t = DLPACK_REF_TUPLE_ITEM(obj, 0);
+    i = DLPACK_REF_TUPLE_ITEM(obj, 1);
     if (!PyLong_Check(t) || PyBool_Check(t) || !PyLong_Check(i) || PyBool_Check(i)) goto bad;
     tv = PyLong_AsLongLongAndOverflow(t, &o1);
     iv = PyLong_AsLongLongAndOverflow(i, &o2);
@@ -1680,11 +1752,11 @@ static inline int dlpack_ref_stream_value(PyObject* stream, int cuda_memory, DLD
     info = PyObject_CallNoArgs(proto);
     Py_DECREF(proto);
     if (info == NULL) return -1;
-    if (PyTuple_Check(info) && PyTuple_GET_SIZE(info) == 2 && PyLong_Check(PyTuple_GET_ITEM(info, 0))
-            && !PyBool_Check(PyTuple_GET_ITEM(info, 1)) && PyLong_Check(PyTuple_GET_ITEM(info, 1))) {
-        long long version = PyLong_AsLongLongAndOverflow(PyTuple_GET_ITEM(info, 0), &overflow);
+    if (PyTuple_Check(info) && DLPACK_REF_TUPLE_SIZE(info) == 2 && PyLong_Check(DLPACK_REF_TUPLE_ITEM(info, 0))
+            && !PyBool_Check(DLPACK_REF_TUPLE_ITEM(info, 1)) && PyLong_Check(DLPACK_REF_TUPLE_ITEM(info, 1))) {
+        long long version = PyLong_AsLongLongAndOverflow(DLPACK_REF_TUPLE_ITEM(info, 0), &overflow);
         if (!overflow && version == 0) {
-            unsigned long long handle = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(info, 1));
+            unsigned long long handle = PyLong_AsUnsignedLongLong(DLPACK_REF_TUPLE_ITEM(info, 1));
             /* 2**64 - 1 would read as -1 (no sync): refused with the rest. */
             if (handle != (unsigned long long)-1) {
                 Py_DECREF(info);
@@ -1995,7 +2067,7 @@ static inline PyObject* dlpack_ref_producer_dlpack(const dlpack_ref_producer* p,
     PyObject *key, *value;
     int i;
     if (n == NULL) return NULL;
-    if (args != NULL && PyTuple_GET_SIZE(args) != 0) return dlpack_ref_priv_no_positional(PyTuple_GET_SIZE(args));
+    if (args != NULL && DLPACK_REF_TUPLE_SIZE(args) != 0) return dlpack_ref_priv_no_positional(DLPACK_REF_TUPLE_SIZE(args));
     while (kwargs != NULL && PyDict_Next(kwargs, &pos, &key, &value)) {
         if ((i = dlpack_ref_priv_dlpack_arg(n, key)) < 0) return NULL;
         v[i] = value;
@@ -2015,10 +2087,10 @@ static inline int dlpack_ref_dlpack_args(PyObject* const* args, Py_ssize_t nargs
     int i;
     out[0] = out[1] = out[2] = out[3] = Py_None;
     if (nargs != 0) { dlpack_ref_priv_no_positional(nargs); return -1; }
-    if (kwnames != NULL && (nk = PyTuple_GET_SIZE(kwnames)) != 0) {
+    if (kwnames != NULL && (nk = DLPACK_REF_TUPLE_SIZE(kwnames)) != 0) {
         if ((n = dlpack_ref_protocol_names()) == NULL) return -1;
         for (k = 0; k < nk; ++k) {
-            if ((i = dlpack_ref_priv_dlpack_arg(n, PyTuple_GET_ITEM(kwnames, k))) < 0) return -1;
+            if ((i = dlpack_ref_priv_dlpack_arg(n, DLPACK_REF_TUPLE_ITEM(kwnames, k))) < 0) return -1;
             out[i] = args[k];
         }
     }
@@ -2191,11 +2263,20 @@ typedef struct dlpack_ref_exchange_spec {
 static inline int dlpack_ref_priv_exchange_refuse(const dlpack_ref_exchange_spec* spec, PyObject* obj,
                                                   const char* what) {
     PyObject* tn = dlpack_ref_priv_type_name(obj);
+#ifdef Py_LIMITED_API
+    /* No tp_name in the limited API: the table's type is named by its __name__. */
+    PyObject* own = tn == NULL ? NULL : PyObject_GetAttrString((PyObject*)spec->type, "__name__");
+    if (own != NULL)
+        PyErr_Format(PyExc_TypeError, "the DLPack exchange API of %U %s %U objects, not %U", own, what, own, tn);
+    Py_XDECREF(own);
+    Py_XDECREF(tn);
+#else
     if (tn != NULL) {
         PyErr_Format(PyExc_TypeError, "the DLPack exchange API of %s %s %s objects, not %U", spec->type->tp_name,
                      what, spec->type->tp_name, tn);
         Py_DECREF(tn);
     }
+#endif
     return -1;
 }
 
@@ -2380,7 +2461,13 @@ static inline int dlpack_ref_publish_exchange_api(PyTypeObject* type, DLPackExch
     PyObject* capsule = PyCapsule_New((void*)table, DLPACK_REF_CAPSULE_EXCHANGE_API, NULL);
     int r;
     if (capsule == NULL) return -1;
+#ifdef Py_LIMITED_API
+    /* No tp_dict in the limited API: set as an attribute, which a heap type
+     * made without Py_TPFLAGS_IMMUTABLETYPE allows (PyType_FromSpec). */
+    r = PyObject_SetAttrString((PyObject*)type, "__dlpack_c_exchange_api__", capsule);
+#else
     r = PyDict_SetItemString(type->tp_dict, "__dlpack_c_exchange_api__", capsule);
+#endif
     Py_DECREF(capsule);
     if (r < 0) return -1;
     PyType_Modified(type);
@@ -2464,7 +2551,7 @@ static inline int dlpack_ref_priv_has_dlpack_device(PyObject* x) {
 #ifdef DLPACK_REF_TYPE_MEMO
     if (_PyType_Lookup(Py_TYPE(x), n->dlpack_device) != NULL) return 1;   /* borrowed */
 #endif
-#if PY_VERSION_HEX >= 0x030D0000
+#if PY_VERSION_HEX >= 0x030D0000 && (!defined(Py_LIMITED_API) || Py_LIMITED_API + 0 >= 0x030D0000)
     return PyObject_HasAttrWithError(x, n->dlpack_device);
 #else
     {
@@ -2481,9 +2568,9 @@ static inline int dlpack_ref_priv_has_dlpack_device(PyObject* x) {
  * tuple of two ints naming a DLPack 1.3 device (TypeError otherwise). */
 static inline int dlpack_ref_priv_device_of_answer(PyObject* x, PyObject* answer, DLDevice* out) {
     PyObject* tn;
-    if (PyTuple_Check(answer) && PyTuple_GET_SIZE(answer) == 2 && PyLong_Check(PyTuple_GET_ITEM(answer, 0))
-            && !PyBool_Check(PyTuple_GET_ITEM(answer, 0)) && PyLong_Check(PyTuple_GET_ITEM(answer, 1))
-            && !PyBool_Check(PyTuple_GET_ITEM(answer, 1)))
+    if (PyTuple_Check(answer) && DLPACK_REF_TUPLE_SIZE(answer) == 2 && PyLong_Check(DLPACK_REF_TUPLE_ITEM(answer, 0))
+            && !PyBool_Check(DLPACK_REF_TUPLE_ITEM(answer, 0)) && PyLong_Check(DLPACK_REF_TUPLE_ITEM(answer, 1))
+            && !PyBool_Check(DLPACK_REF_TUPLE_ITEM(answer, 1)))
         return dlpack_ref_parse_dl_device(answer, out);
     tn = dlpack_ref_priv_type_name(x);
     if (tn != NULL) {
@@ -2641,7 +2728,7 @@ static inline int dlpack_ref_priv_take_plain(PyObject* x, DLPackRefTensor* out) 
  * borrowed (None when not given); -1 with a TypeError as Python words it. */
 static inline int dlpack_ref_consumer_args(PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames, PyObject** x,
                                            PyObject** device, PyObject** copy) {
-    Py_ssize_t k, nk = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
+    Py_ssize_t k, nk = kwnames == NULL ? 0 : DLPACK_REF_TUPLE_SIZE(kwnames);
     *device = *copy = Py_None;
     if (nargs != 1) {
         PyErr_Format(PyExc_TypeError, "from_dlpack() takes exactly 1 positional argument (%zd given)", nargs);
@@ -2652,7 +2739,7 @@ static inline int dlpack_ref_consumer_args(PyObject* const* args, Py_ssize_t nar
         const dlpack_ref_names* n = dlpack_ref_protocol_names();
         if (n == NULL) return -1;
         for (k = 0; k < nk; ++k) {
-            PyObject* key = PyTuple_GET_ITEM(kwnames, k);
+            PyObject* key = DLPACK_REF_TUPLE_ITEM(kwnames, k);
             if (key == n->device || PyUnicode_Compare(key, n->device) == 0) *device = args[1 + k];
             else if (key == n->copy || PyUnicode_Compare(key, n->copy) == 0) *copy = args[1 + k];
             else {

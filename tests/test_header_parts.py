@@ -89,6 +89,11 @@ def _probe(headers: tuple[str, ...]) -> str:
                                      ("dlpack_ref_producer.h", "dlpack_ref.h")])
 @pytest.mark.parametrize("compiler, std, suffix", [("gcc", "-std=c99", ".c"), ("g++", "-std=c++17", ".cpp")])
 def test_a_side_compiles_alone_and_beside_the_other(tmp_path, headers, compiler, std, suffix):
+    _compile_probe(tmp_path, headers, compiler, std, suffix)
+
+
+def _compile_probe(tmp_path, headers, compiler, std, suffix, defines=()):
+    """The probe of `headers`, vendored alone, compiled with every warning an error."""
     if shutil.which(compiler) is None:
         pytest.skip(f"no {compiler}")
     vendored = tmp_path / "vendored"
@@ -98,6 +103,15 @@ def test_a_side_compiles_alone_and_beside_the_other(tmp_path, headers, compiler,
     source = tmp_path / ("probe" + suffix)
     source.write_text(_probe(headers))
     out = subprocess.run([compiler, std, "-Wall", "-Wextra", "-Werror", "-pedantic", "-Wno-cast-function-type",
-                          "-isystem", sysconfig.get_paths()["include"], f"-I{vendored}", "-c", str(source),
-                          "-o", str(tmp_path / "probe.o")], capture_output=True, text=True)
+                          *defines, "-isystem", sysconfig.get_paths()["include"], f"-I{vendored}", "-c",
+                          str(source), "-o", str(tmp_path / "probe.o")], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-4000:]
+
+
+@pytest.mark.parametrize("limited_api", ["0x030B0000", "0x030C0000"])
+@pytest.mark.parametrize("header", HEADERS)
+@pytest.mark.parametrize("compiler, std, suffix", [("gcc", "-std=c99", ".c"), ("g++", "-std=c++17", ".cpp")])
+def test_each_header_compiles_under_the_limited_api(tmp_path, header, limited_api, compiler, std, suffix):
+    """abi3 adopters define Py_LIMITED_API (3.11's stable ABI and 3.12's,
+    where vectorcall joins it): every call the header makes must be there."""
+    _compile_probe(tmp_path, (header,), compiler, std, suffix, [f"-DPy_LIMITED_API={limited_api}"])

@@ -38,9 +38,9 @@ static inline int dlpack_ref_wants_versioned(PyObject* max_version) {
     long long v;
     int overflow = 0;
     if (max_version == Py_None) return 0;
-    if (!PyTuple_CheckExact(max_version) || PyTuple_GET_SIZE(max_version) != 2) goto bad;
-    major = PyTuple_GET_ITEM(max_version, 0);
-    minor = PyTuple_GET_ITEM(max_version, 1);
+    if (!PyTuple_CheckExact(max_version) || DLPACK_REF_TUPLE_SIZE(max_version) != 2) goto bad;
+    major = DLPACK_REF_TUPLE_ITEM(max_version, 0);
+    minor = DLPACK_REF_TUPLE_ITEM(max_version, 1);
     if (!PyLong_Check(major) || PyBool_Check(major) || !PyLong_Check(minor) || PyBool_Check(minor)) goto bad;
     v = PyLong_AsLongLongAndOverflow(major, &overflow);
     if (v == -1 && PyErr_Occurred()) return -1;
@@ -64,9 +64,9 @@ static inline int dlpack_ref_parse_dl_device(PyObject* obj, DLDevice* out) {
     PyObject *t, *i;
     long long tv, iv;
     int o1 = 0, o2 = 0;
-    if (!PyTuple_Check(obj) || PyTuple_GET_SIZE(obj) != 2) goto bad;
-    t = PyTuple_GET_ITEM(obj, 0);
-    i = PyTuple_GET_ITEM(obj, 1);
+    if (!PyTuple_Check(obj) || DLPACK_REF_TUPLE_SIZE(obj) != 2) goto bad;
+    t = DLPACK_REF_TUPLE_ITEM(obj, 0);
+    i = DLPACK_REF_TUPLE_ITEM(obj, 1);
     if (!PyLong_Check(t) || PyBool_Check(t) || !PyLong_Check(i) || PyBool_Check(i)) goto bad;
     tv = PyLong_AsLongLongAndOverflow(t, &o1);
     iv = PyLong_AsLongLongAndOverflow(i, &o2);
@@ -171,11 +171,11 @@ static inline int dlpack_ref_stream_value(PyObject* stream, int cuda_memory, DLD
     info = PyObject_CallNoArgs(proto);
     Py_DECREF(proto);
     if (info == NULL) return -1;
-    if (PyTuple_Check(info) && PyTuple_GET_SIZE(info) == 2 && PyLong_Check(PyTuple_GET_ITEM(info, 0))
-            && !PyBool_Check(PyTuple_GET_ITEM(info, 1)) && PyLong_Check(PyTuple_GET_ITEM(info, 1))) {
-        long long version = PyLong_AsLongLongAndOverflow(PyTuple_GET_ITEM(info, 0), &overflow);
+    if (PyTuple_Check(info) && DLPACK_REF_TUPLE_SIZE(info) == 2 && PyLong_Check(DLPACK_REF_TUPLE_ITEM(info, 0))
+            && !PyBool_Check(DLPACK_REF_TUPLE_ITEM(info, 1)) && PyLong_Check(DLPACK_REF_TUPLE_ITEM(info, 1))) {
+        long long version = PyLong_AsLongLongAndOverflow(DLPACK_REF_TUPLE_ITEM(info, 0), &overflow);
         if (!overflow && version == 0) {
-            unsigned long long handle = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(info, 1));
+            unsigned long long handle = PyLong_AsUnsignedLongLong(DLPACK_REF_TUPLE_ITEM(info, 1));
             /* 2**64 - 1 would read as -1 (no sync): refused with the rest. */
             if (handle != (unsigned long long)-1) {
                 Py_DECREF(info);

@@ -15,13 +15,30 @@
 #endif
 
 /* A capsule's critical section (free-threaded 3.13+); the GIL serializes
- * the same code elsewhere. */
+ * the same code elsewhere. The limited API has none: a free-threaded build
+ * under it would claim capsules unserialized, so it is refused. */
+#if defined(Py_LIMITED_API) && defined(Py_GIL_DISABLED)
+#error "dlpack_ref.h: Py_LIMITED_API on a free-threaded build has no critical sections to serialize capsule claims"
+#endif
 #if PY_VERSION_HEX >= 0x030D0000 && !defined(Py_LIMITED_API)
 #define DLPACK_REF_BEGIN_CRITICAL_SECTION(o) Py_BEGIN_CRITICAL_SECTION(o)
 #define DLPACK_REF_END_CRITICAL_SECTION() Py_END_CRITICAL_SECTION()
 #else
 #define DLPACK_REF_BEGIN_CRITICAL_SECTION(o) {
 #define DLPACK_REF_END_CRITICAL_SECTION() }
+#endif
+
+/* Tuple access. The limited API (Py_LIMITED_API, abi3) has no access
+ * macros: there the checked calls stand in (one call each, and the item
+ * set steals the reference alike); every other build uses the macros. */
+#ifdef Py_LIMITED_API
+#define DLPACK_REF_TUPLE_SIZE(t) PyTuple_Size(t)
+#define DLPACK_REF_TUPLE_ITEM(t, i) PyTuple_GetItem((t), (i))
+#define DLPACK_REF_TUPLE_SET(t, i, v) ((void)PyTuple_SetItem((t), (i), (v)))
+#else
+#define DLPACK_REF_TUPLE_SIZE(t) PyTuple_GET_SIZE(t)
+#define DLPACK_REF_TUPLE_ITEM(t, i) PyTuple_GET_ITEM((t), (i))
+#define DLPACK_REF_TUPLE_SET(t, i, v) PyTuple_SET_ITEM((t), (i), (v))
 #endif
 
 /* A DLPack tensor taken from a capsule or a producer. The holder owns it:
@@ -43,7 +60,7 @@ static inline PyObject* dlpack_ref_priv_tuple(const int64_t* v, int32_t n) {
     for (i = 0; i < n; ++i) {
         PyObject* item = PyLong_FromLongLong((long long)v[i]);
         if (item == NULL) { Py_DECREF(t); return NULL; }
-        PyTuple_SET_ITEM(t, i, item);
+        DLPACK_REF_TUPLE_SET(t, i, item);
     }
     return t;
 }
@@ -54,8 +71,9 @@ static inline PyObject* dlpack_ref_priv_type_name(PyObject* o) {
 }
 
 /* Run `fn(arg)` with the pending exception (if any) put aside: a deleter may
- * run Python code (an owner's finalizer), which must not see it. */
-#if PY_VERSION_HEX >= 0x030C0000
+ * run Python code (an owner's finalizer), which must not see it. The
+ * limited API has PyErr_GetRaisedException from 3.12 on. */
+#if PY_VERSION_HEX >= 0x030C0000 && (!defined(Py_LIMITED_API) || Py_LIMITED_API + 0 >= 0x030C0000)
 #define DLPACK_REF_PRIV_KEEP_ERROR(call)                 \
     do {                                                 \
         PyObject* dlref_pending_ = PyErr_GetRaisedException(); \

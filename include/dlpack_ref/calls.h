@@ -54,7 +54,7 @@ static inline PyObject* dlpack_ref_priv_kw_tuple(const dlpack_ref_names* n, int 
     if (mask & DLPACK_REF_PRIV_KW_DL_DEVICE) keys[k++] = n->dl_device;
     if (mask & DLPACK_REF_PRIV_KW_COPY) keys[k++] = n->copy;
     if ((t = PyTuple_New(k)) == NULL) return NULL;
-    for (i = 0; i < k; ++i) { Py_INCREF(keys[i]); PyTuple_SET_ITEM(t, i, keys[i]); }
+    for (i = 0; i < k; ++i) { Py_INCREF(keys[i]); DLPACK_REF_TUPLE_SET(t, i, keys[i]); }
     return t;
 }
 
@@ -130,6 +130,33 @@ typedef struct dlpack_ref_method_memo {
     PyObject* method;
 } dlpack_ref_method_memo;
 
+/* The limited API has vectorcall from 3.12 only (Py_LIMITED_API and the
+ * headers both 0x030C0000 or later). Below that a method call is
+ * getattr(args[0], name), then PyObject_Call with a tuple of the positional
+ * arguments and a dict of the keyword ones, both built per call. */
+#if defined(Py_LIMITED_API) && (Py_LIMITED_API + 0 < 0x030C0000 || PY_VERSION_HEX < 0x030C0000)
+#define DLPACK_REF_PRIV_NO_VECTORCALL 1
+static inline PyObject* dlpack_ref_priv_call_method_tuple(PyObject* name, PyObject* const* args, size_t nargs,
+                                                          PyObject* kwnames) {
+    Py_ssize_t i, npos = (Py_ssize_t)nargs - 1, nk = kwnames == NULL ? 0 : PyTuple_Size(kwnames);
+    PyObject *m, *t = NULL, *kw = NULL, *r = NULL;
+    if ((m = PyObject_GetAttr(args[0], name)) == NULL) return NULL;
+    if ((t = PyTuple_New(npos)) == NULL) goto done;
+    for (i = 0; i < npos; ++i) { Py_INCREF(args[1 + i]); PyTuple_SetItem(t, i, args[1 + i]); }
+    if (nk > 0) {
+        if ((kw = PyDict_New()) == NULL) goto done;
+        for (i = 0; i < nk; ++i)
+            if (PyDict_SetItem(kw, PyTuple_GetItem(kwnames, i), args[nargs + (size_t)i]) < 0) goto done;
+    }
+    r = PyObject_Call(m, t, kw);
+done:
+    Py_XDECREF(kw);
+    Py_XDECREF(t);
+    Py_DECREF(m);
+    return r;
+}
+#endif
+
 /* args[0].name(*args[1:nargs], kwnames...) as PyObject_VectorcallMethod
  * calls it (nargs counts args[0]; kwnames NULL or a tuple, their values
  * after the positional ones), with the attribute found on the type kept
@@ -165,6 +192,9 @@ static inline PyObject* dlpack_ref_call_method(dlpack_ref_method_memo* memo, PyO
     r = PyObject_Vectorcall(m, args, nargs, kwnames);
     Py_DECREF(m);
     return r;
+#elif defined(DLPACK_REF_PRIV_NO_VECTORCALL)
+    (void)memo;
+    return dlpack_ref_priv_call_method_tuple(name, args, nargs, kwnames);
 #else
     (void)memo;
     return PyObject_VectorcallMethod(name, (PyObject* const*)args, nargs, kwnames);
@@ -178,9 +208,9 @@ static inline int dlpack_ref_device_answer_is(PyObject* answer, DLDevice device)
     PyObject *t, *i;
     int overflow = 0;
     long long tv, iv;
-    if (!PyTuple_CheckExact(answer) || PyTuple_GET_SIZE(answer) != 2) return 0;
-    t = PyTuple_GET_ITEM(answer, 0);
-    i = PyTuple_GET_ITEM(answer, 1);
+    if (!PyTuple_CheckExact(answer) || DLPACK_REF_TUPLE_SIZE(answer) != 2) return 0;
+    t = DLPACK_REF_TUPLE_ITEM(answer, 0);
+    i = DLPACK_REF_TUPLE_ITEM(answer, 1);
     if (!PyLong_Check(t) || PyBool_Check(t) || !PyLong_CheckExact(i)) return 0;
     tv = PyLong_AsLongLongAndOverflow(t, &overflow);
     if (overflow || (tv == -1 && PyErr_Occurred())) { PyErr_Clear(); return 0; }

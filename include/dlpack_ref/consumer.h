@@ -70,7 +70,7 @@ static inline int dlpack_ref_priv_has_dlpack_device(PyObject* x) {
 #ifdef DLPACK_REF_TYPE_MEMO
     if (_PyType_Lookup(Py_TYPE(x), n->dlpack_device) != NULL) return 1;   /* borrowed */
 #endif
-#if PY_VERSION_HEX >= 0x030D0000
+#if PY_VERSION_HEX >= 0x030D0000 && (!defined(Py_LIMITED_API) || Py_LIMITED_API + 0 >= 0x030D0000)
     return PyObject_HasAttrWithError(x, n->dlpack_device);
 #else
     {
@@ -87,9 +87,9 @@ static inline int dlpack_ref_priv_has_dlpack_device(PyObject* x) {
  * tuple of two ints naming a DLPack 1.3 device (TypeError otherwise). */
 static inline int dlpack_ref_priv_device_of_answer(PyObject* x, PyObject* answer, DLDevice* out) {
     PyObject* tn;
-    if (PyTuple_Check(answer) && PyTuple_GET_SIZE(answer) == 2 && PyLong_Check(PyTuple_GET_ITEM(answer, 0))
-            && !PyBool_Check(PyTuple_GET_ITEM(answer, 0)) && PyLong_Check(PyTuple_GET_ITEM(answer, 1))
-            && !PyBool_Check(PyTuple_GET_ITEM(answer, 1)))
+    if (PyTuple_Check(answer) && DLPACK_REF_TUPLE_SIZE(answer) == 2 && PyLong_Check(DLPACK_REF_TUPLE_ITEM(answer, 0))
+            && !PyBool_Check(DLPACK_REF_TUPLE_ITEM(answer, 0)) && PyLong_Check(DLPACK_REF_TUPLE_ITEM(answer, 1))
+            && !PyBool_Check(DLPACK_REF_TUPLE_ITEM(answer, 1)))
         return dlpack_ref_parse_dl_device(answer, out);
     tn = dlpack_ref_priv_type_name(x);
     if (tn != NULL) {
@@ -247,7 +247,7 @@ static inline int dlpack_ref_priv_take_plain(PyObject* x, DLPackRefTensor* out) 
  * borrowed (None when not given); -1 with a TypeError as Python words it. */
 static inline int dlpack_ref_consumer_args(PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames, PyObject** x,
                                            PyObject** device, PyObject** copy) {
-    Py_ssize_t k, nk = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
+    Py_ssize_t k, nk = kwnames == NULL ? 0 : DLPACK_REF_TUPLE_SIZE(kwnames);
     *device = *copy = Py_None;
     if (nargs != 1) {
         PyErr_Format(PyExc_TypeError, "from_dlpack() takes exactly 1 positional argument (%zd given)", nargs);
@@ -258,7 +258,7 @@ static inline int dlpack_ref_consumer_args(PyObject* const* args, Py_ssize_t nar
         const dlpack_ref_names* n = dlpack_ref_protocol_names();
         if (n == NULL) return -1;
         for (k = 0; k < nk; ++k) {
-            PyObject* key = PyTuple_GET_ITEM(kwnames, k);
+            PyObject* key = DLPACK_REF_TUPLE_ITEM(kwnames, k);
             if (key == n->device || PyUnicode_Compare(key, n->device) == 0) *device = args[1 + k];
             else if (key == n->copy || PyUnicode_Compare(key, n->copy) == 0) *copy = args[1 + k];
             else {

@@ -220,7 +220,7 @@ static inline int dlpack_ref_table_failed(int status) { return status != 0 || Py
 static inline PyObject* dlpack_ref_table_error(PyObject* tp, const char* function, int status) {
     PyObject *cause = NULL, *name, *error;
     if (PyErr_Occurred()) {
-#if PY_VERSION_HEX >= 0x030C0000
+#if PY_VERSION_HEX >= 0x030C0000 && (!defined(Py_LIMITED_API) || Py_LIMITED_API + 0 >= 0x030C0000)
         cause = PyErr_GetRaisedException();
 #else
         PyObject *t, *v, *tb;
@@ -241,11 +241,22 @@ static inline PyObject* dlpack_ref_table_error(PyObject* tp, const char* functio
         error = PyObject_CallFunction(PyExc_BufferError, "N",
                                       PyUnicode_FromFormat("the DLPack exchange API of %U failed in %s: returned %d "
                                                            "without setting an exception", name, function, status));
-    else
+    else {
+#ifdef Py_LIMITED_API
+        /* No tp_name in the limited API: the cause's type is named by its __name__. */
+        PyObject* cause_type = dlpack_ref_priv_type_name(cause);
+        error = cause_type == NULL ? NULL : PyObject_CallFunction(
+                    PyExc_BufferError, "N",
+                    PyUnicode_FromFormat("the DLPack exchange API of %U failed in %s: returned 0 but set %U: %S",
+                                         name, function, cause_type, cause));
+        Py_XDECREF(cause_type);
+#else
         error = PyObject_CallFunction(PyExc_BufferError, "N",
                                       PyUnicode_FromFormat("the DLPack exchange API of %U failed in %s: returned 0 "
                                                            "but set %s: %S", name, function,
                                                            Py_TYPE(cause)->tp_name, cause));
+#endif
+    }
     Py_DECREF(name);
     if (error != NULL && cause != NULL) PyException_SetCause(error, cause);   /* steals cause */
     else Py_XDECREF(cause);

@@ -54,11 +54,20 @@ typedef struct dlpack_ref_exchange_spec {
 static inline int dlpack_ref_priv_exchange_refuse(const dlpack_ref_exchange_spec* spec, PyObject* obj,
                                                   const char* what) {
     PyObject* tn = dlpack_ref_priv_type_name(obj);
+#ifdef Py_LIMITED_API
+    /* No tp_name in the limited API: the table's type is named by its __name__. */
+    PyObject* own = tn == NULL ? NULL : PyObject_GetAttrString((PyObject*)spec->type, "__name__");
+    if (own != NULL)
+        PyErr_Format(PyExc_TypeError, "the DLPack exchange API of %U %s %U objects, not %U", own, what, own, tn);
+    Py_XDECREF(own);
+    Py_XDECREF(tn);
+#else
     if (tn != NULL) {
         PyErr_Format(PyExc_TypeError, "the DLPack exchange API of %s %s %s objects, not %U", spec->type->tp_name,
                      what, spec->type->tp_name, tn);
         Py_DECREF(tn);
     }
+#endif
     return -1;
 }
 
@@ -243,7 +252,13 @@ static inline int dlpack_ref_publish_exchange_api(PyTypeObject* type, DLPackExch
     PyObject* capsule = PyCapsule_New((void*)table, DLPACK_REF_CAPSULE_EXCHANGE_API, NULL);
     int r;
     if (capsule == NULL) return -1;
+#ifdef Py_LIMITED_API
+    /* No tp_dict in the limited API: set as an attribute, which a heap type
+     * made without Py_TPFLAGS_IMMUTABLETYPE allows (PyType_FromSpec). */
+    r = PyObject_SetAttrString((PyObject*)type, "__dlpack_c_exchange_api__", capsule);
+#else
     r = PyDict_SetItemString(type->tp_dict, "__dlpack_c_exchange_api__", capsule);
+#endif
     Py_DECREF(capsule);
     if (r < 0) return -1;
     PyType_Modified(type);

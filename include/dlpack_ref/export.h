@@ -3,8 +3,14 @@
  * the managed struct, then shape and strides (2 * ndim int64), then (CPython
  * 3.15+) the record of the interpreter that made the export. */
 
+/* Whether the interpreter is finalizing. The limited API below 3.13 has
+ * neither Py_IsFinalizing nor _Py_IsFinalizing: there the answer is
+ * !Py_IsInitialized(), which CPython turns false in Py_FinalizeEx at the
+ * same step that marks the runtime as finalizing. */
 static inline int dlpack_ref_api_is_finalizing(void) {
-#if PY_VERSION_HEX >= 0x030D0000
+#if defined(Py_LIMITED_API) && (Py_LIMITED_API + 0 < 0x030D0000 || PY_VERSION_HEX < 0x030D0000)
+    return !Py_IsInitialized();
+#elif PY_VERSION_HEX >= 0x030D0000
     return Py_IsFinalizing();
 #else
     return _Py_IsFinalizing();
@@ -23,8 +29,15 @@ static inline int dlpack_ref_api_is_finalizing(void) {
 static inline void dlpack_ref_api_release_block(PyObject* owner, void* block) {
     PyGILState_STATE st;
     if (!Py_IsInitialized()) return;
+#ifdef Py_LIMITED_API
+    /* No PyGILState_Check in the limited API: PyGILState_Ensure below nests
+       when this thread holds the GIL already (a deleter run by a consumer's
+       decref), at the cost of that call and its release. */
+    if (dlpack_ref_api_is_finalizing()) return;
+#else
     if (PyGILState_Check()) { Py_XDECREF(owner); PyMem_Free(block); return; }
     if (dlpack_ref_api_is_finalizing()) return;
+#endif
     st = PyGILState_Ensure();
     Py_XDECREF(owner);
     PyMem_Free(block);

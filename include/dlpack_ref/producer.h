@@ -232,7 +232,7 @@ static inline PyObject* dlpack_ref_producer_dlpack(const dlpack_ref_producer* p,
     PyObject *key, *value;
     int i;
     if (n == NULL) return NULL;
-    if (args != NULL && PyTuple_GET_SIZE(args) != 0) return dlpack_ref_priv_no_positional(PyTuple_GET_SIZE(args));
+    if (args != NULL && DLPACK_REF_TUPLE_SIZE(args) != 0) return dlpack_ref_priv_no_positional(DLPACK_REF_TUPLE_SIZE(args));
     while (kwargs != NULL && PyDict_Next(kwargs, &pos, &key, &value)) {
         if ((i = dlpack_ref_priv_dlpack_arg(n, key)) < 0) return NULL;
         v[i] = value;
@@ -252,10 +252,10 @@ static inline int dlpack_ref_dlpack_args(PyObject* const* args, Py_ssize_t nargs
     int i;
     out[0] = out[1] = out[2] = out[3] = Py_None;
     if (nargs != 0) { dlpack_ref_priv_no_positional(nargs); return -1; }
-    if (kwnames != NULL && (nk = PyTuple_GET_SIZE(kwnames)) != 0) {
+    if (kwnames != NULL && (nk = DLPACK_REF_TUPLE_SIZE(kwnames)) != 0) {
         if ((n = dlpack_ref_protocol_names()) == NULL) return -1;
         for (k = 0; k < nk; ++k) {
-            if ((i = dlpack_ref_priv_dlpack_arg(n, PyTuple_GET_ITEM(kwnames, k))) < 0) return -1;
+            if ((i = dlpack_ref_priv_dlpack_arg(n, DLPACK_REF_TUPLE_ITEM(kwnames, k))) < 0) return -1;
             out[i] = args[k];
         }
     }
