@@ -108,6 +108,8 @@ def _compile_probe(tmp_path, headers, compiler, std, suffix, defines=()):
     assert out.returncode == 0, out.stderr[-4000:]
 
 
+@pytest.mark.skipif(bool(sysconfig.get_config_var("Py_GIL_DISABLED")) or bool(sysconfig.get_config_var("Py_TRACE_REFS")),
+                    reason="CPython's Python.h refuses the limited API on a free-threaded or Py_TRACE_REFS build")
 @pytest.mark.parametrize("limited_api", ["0x030B0000", "0x030C0000"])
 @pytest.mark.parametrize("header", HEADERS)
 @pytest.mark.parametrize("compiler, std, suffix", [("gcc", "-std=c99", ".c"), ("g++", "-std=c++17", ".cpp")])

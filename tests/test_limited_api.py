@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,12 @@ import dlpack_ref
 from support.build_ext import compile_c_extension
 
 SOURCE = Path(__file__).resolve().parent / "support" / "limited_demo.c"
+
+# CPython's own Python.h refuses the limited API on a free-threaded build and
+# with Py_TRACE_REFS: there is no abi3 module to build there.
+pytestmark = pytest.mark.skipif(bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
+                                or bool(sysconfig.get_config_var("Py_TRACE_REFS")),
+                                reason="CPython has no limited API on a free-threaded or Py_TRACE_REFS build")
 
 
 @pytest.fixture(scope="module")
