@@ -1,4 +1,4 @@
-# cython: language_level=3
+# cython: language_level=3, freethreading_compatible=True
 """A consumer of memory as bytes built on dlpack-ref's Cython API (the way a
 message or I/O library would use it), for tests/test_consumer_buffer.py:
 dlpack_ref_get_buffer into a Py_buffer held by a View, and the header's other
