@@ -87,11 +87,29 @@ run_tests() {
     "$venv/bin/python" "$here/test_outcomes.py" summary "$work/tests-$build.log" "mpi4py $build"
 }
 
+# both builds' tests, then their comparison; 1 on a run that did not finish
+# or a regression
+run_and_compare() {
+    local rc=0 b
+    for b in released adopted; do run_tests "$b" || rc=1; done
+    "$work/venv-adopted/bin/python" "$here/test_outcomes.py" compare "$work/tests-released.log" \
+        "$work/tests-adopted.log" "$here/expected_changes.txt" || rc=1
+    return $rc
+}
+
 status=0
 for b in released adopted; do build "$b"; done
-for b in released adopted; do run_tests "$b" || status=1; done
-"$work/venv-adopted/bin/python" "$here/test_outcomes.py" compare "$work/tests-released.log" "$work/tests-adopted.log" \
-    "$here/expected_changes.txt" || status=1
+# A difference seen once is run again on both builds before it is judged: on
+# a loaded machine a test can fail once in either build. What the first
+# attempt saw stays in the output, marked, so that a flaky test is seen.
+if ! run_and_compare > "$work/tests-first-attempt.txt"; then
+    sed 's/^/  first attempt: /' "$work/tests-first-attempt.txt"
+    adoption_step "the builds differed once: both test runs again"
+    for b in released adopted; do cp "$work/tests-$b.log" "$work/tests-$b.first-attempt.log"; done
+    run_and_compare || status=1
+else
+    cat "$work/tests-first-attempt.txt"
+fi
 
 for b in released adopted; do
     adoption_step "dlpack-ref check --library mpi4py ($b)"
