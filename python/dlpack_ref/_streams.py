@@ -29,6 +29,6 @@ NO_SYNC = -1
 
 
 def handle_of(stream) -> int:
-    """The driver handle a checked ``stream`` value names: the legacy default
+    """The handle a parsed ``stream`` names: the legacy default
     stream for None, else the value itself (1, 2, a handle > 2, or -1)."""
     return LEGACY_STREAM if stream is None else stream
