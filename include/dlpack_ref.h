@@ -1669,75 +1669,123 @@ bad:
     return -1;
 }
 
-/* The stream rule: the value a DLPack `stream` argument names for memory on
- * `device` (of the CUDA family when `cuda_memory`), into *out: 1 for None
- * (the legacy default stream), -1 (do not synchronize) as is, else 1, 2 or a
- * handle > 2; an object with `__cuda_stream__` stands for its handle (0 from
- * the protocol is the legacy default). 0 is ambiguous (ValueError); CPU and
- * other stream-less memory accept only None. `owner` names the array in
- * messages. The one place the rule is written: the core's CUDA layer, which
- * is Python, calls it too (dlpack_ref._streams.stream_handle). */
-static inline int dlpack_ref_stream_value(PyObject* stream, int cuda_memory, DLDevice device, PyObject* owner,
-                                          int64_t* out) {
-    PyObject *proto, *info, *tn, *where;
-    long long v;
-    int overflow = 0;
-    if (stream == Py_None) { *out = 1; return 0; }
-    if (!cuda_memory) {
-        int has_proto = PyObject_HasAttrString(stream, "__cuda_stream__");
-        if (PyLong_Check(stream) || has_proto) {
-            tn = dlpack_ref_priv_type_name(owner);
-            where = tn == NULL ? NULL : dlpack_ref_device_str(device);
-            if (where != NULL)
-                PyErr_Format(PyExc_ValueError,
-                             "stream=%R was passed to %U.__dlpack__ for memory on %U; only stream=None is accepted for CPU memory",
-                             stream, tn, where);
-            Py_XDECREF(tn);
-            Py_XDECREF(where);
-            return -1;
-        }
-        tn = dlpack_ref_priv_type_name(stream);
-        if (tn != NULL) {
-            PyErr_Format(PyExc_TypeError, "stream must be None for CPU memory, not %U", tn);
-            Py_DECREF(tn);
-        }
-        return -1;
-    }
-    if (PyBool_Check(stream)) {
-        PyErr_SetString(PyExc_TypeError, "stream must be None, an int or an object with __cuda_stream__, not bool");
-        return -1;
-    }
-    if (PyLong_Check(stream)) {
-        v = PyLong_AsLongLongAndOverflow(stream, &overflow);
-        if (v == -1 && PyErr_Occurred()) return -1;
-        if (overflow == 0 && v == 0) {
-            PyErr_SetString(PyExc_ValueError,
-                            "stream=0 is ambiguous and not allowed (use 1 for the legacy default stream, 2 for the "
-                            "per-thread default stream, or a CUstream handle > 2)");
-            return -1;
-        }
-        if (overflow < 0 || (overflow == 0 && v < -1)) {
+/* A `stream` argument of the protocol, parsed once where it enters (by
+ * dlpack_ref_stream_parse, or the "O&" converter dlpack_ref_stream_converter):
+ * what the producer's copy and order callbacks and a CUDA layer receive, so
+ * that none of them reads the Python object again. For CUDA-family memory:
+ *
+ *   stream                      given  sync  handle
+ *   None (the default)            0     1     1   legacy default; a host reader waits
+ *   1                             1     1     1   CU_STREAM_LEGACY
+ *   2                             1     1     2   CU_STREAM_PER_THREAD
+ *   h > 2 (below 2**64 - 1)       1     1     h   a CUstream
+ *   __cuda_stream__() == (0, h)   1     1     h   (h 0, CUDA's NULL stream: 1)
+ *   -1                            1     0     1   the producer must not synchronize
+ *   0                             ValueError (ambiguous)
+ *
+ * Memory of no CUDA-family device (CPU, and ROCm, for which this header
+ * writes no stream rule) accepts only None. The handle is always a stream a
+ * copy can run on: with sync 0 a copy runs on the legacy default stream. */
+typedef struct dlpack_ref_stream {
+    int given;         /* 0: stream=None, the argument's default */
+    int sync;          /* 0: stream=-1, nothing is to be ordered */
+    uintptr_t handle;  /* the driver stream: 1 legacy default, 2 per-thread default, > 2 a CUstream */
+} dlpack_ref_stream;
+
+/* What stream=None parses to. */
+static inline dlpack_ref_stream dlpack_ref_stream_none(void) {
+    dlpack_ref_stream s = {0, 1, 1};
+    return s;
+}
+
+/* A stream value for memory that has no CUDA stream (`device`): refused,
+ * naming the array `owner` (ValueError for an int or a stream object,
+ * TypeError for anything else). Returns -1. */
+static inline int dlpack_ref_priv_stream_off_cuda(PyObject* stream, DLDevice device, PyObject* owner) {
+    PyObject *tn, *where;
+    int has_proto = PyObject_HasAttrString(stream, "__cuda_stream__");
+    if (PyLong_Check(stream) || has_proto) {
+        tn = dlpack_ref_priv_type_name(owner);
+        where = tn == NULL ? NULL : dlpack_ref_device_str(device);
+        if (where != NULL)
             PyErr_Format(PyExc_ValueError,
-                         "stream=%R is not valid: expected None, -1, 1, 2 or a CUstream handle > 2", stream);
-            return -1;
-        }
-        if (overflow > 0) {
-            /* A handle is a pointer, kept as its 64 bits; 2**64 - 1 would read
-               as -1 (no sync), and more does not fit: both refused. */
-            unsigned long long u = PyLong_AsUnsignedLongLong(stream);
-            if (u == (unsigned long long)-1) {
-                if (PyErr_Occurred() && !PyErr_ExceptionMatches(PyExc_OverflowError)) return -1;
-                PyErr_Clear();
-                PyErr_Format(PyExc_ValueError,
-                             "stream=%R is not valid: a CUstream handle is a 64-bit pointer below 2**64 - 1", stream);
-                return -1;
-            }
-            *out = (int64_t)u;
-            return 0;
-        }
-        *out = (int64_t)v;
+                         "stream=%R was passed to %U.__dlpack__ for memory on %U; only stream=None is accepted for CPU memory",
+                         stream, tn, where);
+        Py_XDECREF(tn);
+        Py_XDECREF(where);
+        return -1;
+    }
+    tn = dlpack_ref_priv_type_name(stream);
+    if (tn != NULL) {
+        PyErr_Format(PyExc_TypeError, "stream must be None for CPU memory, not %U", tn);
+        Py_DECREF(tn);
+    }
+    return -1;
+}
+
+/* An int stream (not bool) into *out: -1, 1, 2 or a 64-bit handle > 2. */
+static inline int dlpack_ref_priv_stream_int(PyObject* stream, dlpack_ref_stream* out) {
+    int overflow = 0;
+    long long v = PyLong_AsLongLongAndOverflow(stream, &overflow);
+    if (v == -1 && PyErr_Occurred()) return -1;
+    if (overflow == 0 && v == 0) {
+        PyErr_SetString(PyExc_ValueError,
+                        "stream=0 is ambiguous and not allowed (use 1 for the legacy default stream, 2 for the "
+                        "per-thread default stream, or a CUstream handle > 2)");
+        return -1;
+    }
+    if (overflow < 0 || (overflow == 0 && v < -1)) {
+        PyErr_Format(PyExc_ValueError, "stream=%R is not valid: expected None, -1, 1, 2 or a CUstream handle > 2",
+                     stream);
+        return -1;
+    }
+    out->given = 1;
+    if (overflow == 0 && v == -1) {
+        out->sync = 0;
         return 0;
     }
+    if (overflow > 0) {
+        /* A handle is a pointer, kept as its 64 bits; 2**64 - 1 would read
+           as -1 (no sync), and more does not fit: both refused. */
+        unsigned long long u = PyLong_AsUnsignedLongLong(stream);
+        if (u == (unsigned long long)-1) {
+            if (PyErr_Occurred() && !PyErr_ExceptionMatches(PyExc_OverflowError)) return -1;
+            PyErr_Clear();
+            PyErr_Format(PyExc_ValueError,
+                         "stream=%R is not valid: a CUstream handle is a 64-bit pointer below 2**64 - 1", stream);
+            return -1;
+        }
+        out->handle = (uintptr_t)u;
+        return 0;
+    }
+    out->handle = (uintptr_t)v;
+    return 0;
+}
+
+/* The handle of __cuda_stream__'s answer `info` ((0, handle), handle from 0
+ * to 2**64 - 2) into *out; -1 with no error set for any other answer. */
+static inline int dlpack_ref_priv_stream_answer(PyObject* info, dlpack_ref_stream* out) {
+    int overflow = 0;
+    if (PyTuple_Check(info) && DLPACK_REF_TUPLE_SIZE(info) == 2 && PyLong_Check(DLPACK_REF_TUPLE_ITEM(info, 0))
+            && !PyBool_Check(DLPACK_REF_TUPLE_ITEM(info, 1)) && PyLong_Check(DLPACK_REF_TUPLE_ITEM(info, 1))) {
+        long long version = PyLong_AsLongLongAndOverflow(DLPACK_REF_TUPLE_ITEM(info, 0), &overflow);
+        if (!overflow && version == 0) {
+            unsigned long long handle = PyLong_AsUnsignedLongLong(DLPACK_REF_TUPLE_ITEM(info, 1));
+            /* 2**64 - 1 would read as -1 (no sync): refused with the rest. */
+            if (handle != (unsigned long long)-1) {
+                out->given = 1;
+                out->handle = handle == 0 ? 1 : (uintptr_t)handle;
+                return 0;
+            }
+        }
+    }
+    PyErr_Clear();
+    return -1;
+}
+
+/* An object with __cuda_stream__ (TypeError for one without) into *out. */
+static inline int dlpack_ref_priv_stream_object(PyObject* stream, dlpack_ref_stream* out) {
+    PyObject *proto, *info, *tn;
     proto = PyObject_GetAttrString(stream, "__cuda_stream__");
     if (proto == NULL) {
         if (!PyErr_ExceptionMatches(PyExc_AttributeError)) return -1;
@@ -1752,20 +1800,9 @@ static inline int dlpack_ref_stream_value(PyObject* stream, int cuda_memory, DLD
     info = PyObject_CallNoArgs(proto);
     Py_DECREF(proto);
     if (info == NULL) return -1;
-    if (PyTuple_Check(info) && DLPACK_REF_TUPLE_SIZE(info) == 2 && PyLong_Check(DLPACK_REF_TUPLE_ITEM(info, 0))
-            && !PyBool_Check(DLPACK_REF_TUPLE_ITEM(info, 1)) && PyLong_Check(DLPACK_REF_TUPLE_ITEM(info, 1))) {
-        long long version = PyLong_AsLongLongAndOverflow(DLPACK_REF_TUPLE_ITEM(info, 0), &overflow);
-        if (!overflow && version == 0) {
-            unsigned long long handle = PyLong_AsUnsignedLongLong(DLPACK_REF_TUPLE_ITEM(info, 1));
-            /* 2**64 - 1 would read as -1 (no sync): refused with the rest. */
-            if (handle != (unsigned long long)-1) {
-                Py_DECREF(info);
-                *out = handle == 0 ? 1 : (int64_t)handle;
-                return 0;
-            }
-            PyErr_Clear();
-        }
-        PyErr_Clear();
+    if (dlpack_ref_priv_stream_answer(info, out) == 0) {
+        Py_DECREF(info);
+        return 0;
     }
     tn = dlpack_ref_priv_type_name(stream);
     if (tn != NULL) {
@@ -1776,6 +1813,48 @@ static inline int dlpack_ref_stream_value(PyObject* stream, int cuda_memory, DLD
     }
     Py_DECREF(info);
     return -1;
+}
+
+/* The stream rule: a DLPack `stream` argument for memory on `device` (of
+ * the CUDA family when `cuda_memory`) parsed into *out (the table above):
+ * TypeError for a wrong type, ValueError for a bad value. `owner` names the
+ * array in messages. The one place the rule is written: the producer call,
+ * the core's to_device and dlpack_ref.cuda.stream parse with it, and hand
+ * on the struct. 0, or -1 with the error set (*out is then None's). */
+static inline int dlpack_ref_stream_parse(PyObject* stream, int cuda_memory, DLDevice device, PyObject* owner,
+                                          dlpack_ref_stream* out) {
+    *out = dlpack_ref_stream_none();
+    if (stream == Py_None) return 0;
+    if (!cuda_memory) return dlpack_ref_priv_stream_off_cuda(stream, device, owner);
+    if (PyBool_Check(stream)) {
+        PyErr_SetString(PyExc_TypeError, "stream must be None, an int or an object with __cuda_stream__, not bool");
+        return -1;
+    }
+    if (PyLong_Check(stream)) {
+        if (dlpack_ref_priv_stream_int(stream, out) == 0) return 0;
+    } else if (dlpack_ref_priv_stream_object(stream, out) == 0) {
+        return 0;
+    }
+    *out = dlpack_ref_stream_none();
+    return -1;
+}
+
+/* The stream rule as an "O&" converter of PyArg_ParseTuple and its kind, for
+ * a stream of CUDA-family memory: `obj` parsed into the dlpack_ref_stream
+ * at `out`. 1, or 0 with the error set. */
+static inline int dlpack_ref_stream_converter(PyObject* obj, void* out) {
+    DLDevice cuda = {kDLCUDA, 0};
+    return dlpack_ref_stream_parse(obj, 1, cuda, Py_None, (dlpack_ref_stream*)out) == 0;
+}
+
+/* The parsed stream as one int64, as releases before the struct gave it:
+ * the handle (a handle above 2**63 as its 64 bits), or -1 for no sync. */
+static inline int dlpack_ref_stream_value(PyObject* stream, int cuda_memory, DLDevice device, PyObject* owner,
+                                          int64_t* out) {
+    dlpack_ref_stream s;
+    if (dlpack_ref_stream_parse(stream, cuda_memory, device, owner, &s) < 0) return -1;
+    *out = s.sync ? (int64_t)s.handle : -1;
+    return 0;
 }
 
 /* The error a forbidden copy raises: both a BufferError and a ValueError, as
@@ -1844,16 +1923,16 @@ typedef struct dlpack_ref_producer {
     uint64_t flags;      /* more flags, e.g. DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED */
     void* ctx;           /* handed to the callbacks */
     /* A copy of `src` usable on `target`, ordered on the consumer's stream
-       (`stream` as passed, None included; `stream_value` as checked): fill
-       *out (its shape and strides need live only until the call returns) and
-       *out_owner (a new reference keeping out's memory alive). A device it
-       cannot copy to: BufferError. NULL: the array cannot be copied. */
-    int (*copy)(void* ctx, const DLTensor* src, DLDevice target, PyObject* stream, int64_t stream_value,
-                DLTensor* out, PyObject** out_owner);
-    /* Make the consumer's stream wait for pending work on the memory. Called
-       for CUDA-family memory exported in place, unless stream is -1. NULL:
-       no work is ever pending. */
-    int (*order)(void* ctx, const DLTensor* t, PyObject* stream, int64_t stream_value);
+       (as parsed once, where the argument entered): fill *out (its shape and
+       strides need live only until the call returns) and *out_owner (a new
+       reference keeping out's memory alive). A device it cannot copy to:
+       BufferError. NULL: the array cannot be copied. */
+    int (*copy)(void* ctx, const DLTensor* src, DLDevice target, const dlpack_ref_stream* stream, DLTensor* out,
+                PyObject** out_owner);
+    /* Make the consumer's stream (as parsed) wait for pending work on the
+       memory. Called for CUDA-family memory exported in place, unless
+       stream is -1 (stream->sync 0). NULL: no work is ever pending. */
+    int (*order)(void* ctx, const DLTensor* t, const dlpack_ref_stream* stream);
 } dlpack_ref_producer;
 
 /* The legacy capsule cannot say read-only, nor that sub-byte data is stored
@@ -1919,7 +1998,7 @@ typedef struct dlpack_ref_export_plan {
  * error set (and nothing held). */
 static inline int dlpack_ref_producer_plan(const dlpack_ref_producer* p, PyObject* stream, PyObject* max_version,
                                            PyObject* dl_device, PyObject* copy, dlpack_ref_export_plan* plan) {
-    int64_t stream_value = 1;
+    dlpack_ref_stream s;
     int versioned, cuda_family;
     DLDevice target;
     plan->tensor = &p->tensor;
@@ -1939,13 +2018,12 @@ static inline int dlpack_ref_producer_plan(const dlpack_ref_producer* p, PyObjec
     if (versioned < 0 || dlpack_ref_check_copy_arg(copy) < 0) return -1;
     plan->versioned = versioned;
     cuda_family = dlpack_ref_device_cuda_family((int32_t)p->tensor.device.device_type);
-    if (stream != Py_None && dlpack_ref_stream_value(stream, cuda_family, p->tensor.device, p->owner, &stream_value) < 0)
-        return -1;
+    /* None, the common case, parsed here, where the compiler inlines it. */
+    if (stream == Py_None) s = dlpack_ref_stream_none();
+    else if (dlpack_ref_stream_parse(stream, cuda_family, p->tensor.device, p->owner, &s) < 0) return -1;
     plan->flags = dlpack_ref_priv_export_flags(p);
     if (dl_device == Py_None && copy != Py_True) {
-        if (cuda_family && p->order != NULL && stream_value != -1
-                && p->order(p->ctx, &p->tensor, stream, stream_value) < 0)
-            return -1;
+        if (cuda_family && p->order != NULL && s.sync && p->order(p->ctx, &p->tensor, &s) < 0) return -1;
     } else {
         if (dl_device == Py_None) target = p->tensor.device;
         else if (dlpack_ref_parse_dl_device(dl_device, &target) < 0) return -1;
@@ -1960,7 +2038,7 @@ static inline int dlpack_ref_producer_plan(const dlpack_ref_producer* p, PyObjec
                 Py_XDECREF(where);
                 return -1;
             }
-            if (p->copy(p->ctx, &p->tensor, target, stream, stream_value, &plan->copied, &plan->copy_owner) < 0)
+            if (p->copy(p->ctx, &p->tensor, target, &s, &plan->copied, &plan->copy_owner) < 0)
                 return -1;
             plan->tensor = &plan->copied;
             plan->owner = plan->copy_owner;
@@ -1968,8 +2046,7 @@ static inline int dlpack_ref_producer_plan(const dlpack_ref_producer* p, PyObjec
             plan->flags = DLPACK_FLAG_BITMASK_IS_COPIED
                           | ((int64_t)plan->copied.dtype.bits * plan->copied.dtype.lanes < 8
                              ? (p->flags & DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED) : 0);
-        } else if (cuda_family && p->order != NULL && stream_value != -1
-                   && p->order(p->ctx, &p->tensor, stream, stream_value) < 0) {
+        } else if (cuda_family && p->order != NULL && s.sync && p->order(p->ctx, &p->tensor, &s) < 0) {
             return -1;
         }
     }

@@ -265,7 +265,7 @@ cdef class Array:
         if target.device_type == self._device.device_type and (
                 target.device_id == self._device.device_id or target.device_type == kDLCPU):
             return self
-        return _copy_to(self, target, _checked_stream_arg(stream))
+        return _copy_to(self, target, _stream_arg(stream))
 
     def tolist(self):
         """Nested Python lists of Python scalars (a scalar for 0-d)."""

@@ -7,31 +7,33 @@
 dlpack_ref_set_copy_forbidden_error(CopyForbiddenError)
 
 
-cdef inline object _checked_stream(PyObject* stream, int64_t value):
-    """What the CUDA layer receives for a `stream` the producer call checked
-    (dlpack_ref._streams): None when none was given, else the handle
-    (`value`, the header's int64, which keeps a handle above 2**63 as its 64
-    bits; -1 is NO_SYNC)."""
-    if <object>stream is None:
+cdef inline object _stream_for_cuda(const dlpack_ref_stream* s):
+    """A stream as the header parsed it, field by field as the CUDA layer
+    receives it (dlpack_ref._streams): None when none was given, NO_SYNC
+    (-1) when nothing is to be ordered, else the handle (unsigned, as it
+    is)."""
+    if not s.given:
         return None
-    return value if value >= -1 else value + 2**64
+    if not s.sync:
+        return -1
+    return s.handle
 
 
-cdef int _order_for_consumer(void* ctx, const DLTensor* t, PyObject* stream, int64_t value) except -1:
+cdef int _order_for_consumer(void* ctx, const DLTensor* t, const dlpack_ref_stream* stream) except -1:
     """The producer call's stream-order callback: the consumer's stream
-    (as the header checked it) waits for the Array's pending work (none:
+    (as the header parsed it) waits for the Array's pending work (none:
     nothing to order)."""
     cdef Array a = <Array>ctx
     if not _work_of(a).idle:
-        _cuda().export_sync(_work_of(a), a._device.device_type, a._device.device_id, _checked_stream(stream, value))
+        _cuda().export_sync(_work_of(a), a._device.device_type, a._device.device_id, _stream_for_cuda(stream))
     return 0
 
 
-cdef int _copy_for_consumer(void* ctx, const DLTensor* src, DLDevice target, PyObject* stream, int64_t value,
+cdef int _copy_for_consumer(void* ctx, const DLTensor* src, DLDevice target, const dlpack_ref_stream* stream,
                             DLTensor* out, PyObject** out_owner) except -1:
     """The producer call's copy callback: a copy on target, ordered on the
-    consumer's stream (as the header checked it)."""
-    stream_arg = _checked_stream(stream, value)
+    consumer's stream (as the header parsed it)."""
+    stream_arg = _stream_for_cuda(stream)
     cdef Array c = _copy_to(<Array>ctx, target, stream_arg)
     if dlpack_ref_device_cuda_family(c._device.device_type):
         # The copy ran on a stream of the source's device; the consumer's
@@ -136,20 +138,17 @@ cdef DLManagedTensorVersioned* _versioned_block(Array a, uint64_t flags) except 
 
 def _stream_handle(stream):
     """The driver handle a DLPack ``stream`` value names for CUDA-family
-    memory, by the header's one stream rule (dlpack_ref_stream_value): 1 for
-    None, -1 as is, else 1, 2 or a handle > 2. For the Python entries that
-    take a stream (dlpack_ref.cuda.stream)."""
-    cdef int64_t value
-    cdef DLDevice cuda
-    cuda.device_type = kDLCUDA
-    cuda.device_id = 0
-    # owner and device name the array only in the CPU-memory refusal.
-    dlpack_ref_stream_value(stream, True, cuda, None, &value)
-    # The header keeps a handle above 2**63 as its 64 bits; -1 is NO_SYNC.
-    return value if value >= -1 else value + 2**64
+    memory, parsed by the header's one stream rule: 1 for None, -1 for no
+    sync, else 1, 2 or a handle > 2. For the Python entry that takes a
+    stream (dlpack_ref.cuda.stream)."""
+    cdef dlpack_ref_stream s
+    dlpack_ref_stream_converter(stream, &s)
+    return s.handle if s.sync else -1
 
 
-cdef object _checked_stream_arg(object stream):
-    """A `stream` argument of the core's own (to_device) as the CUDA layer
-    receives it: None as is, anything else checked by the header's rule."""
-    return None if stream is None else _stream_handle(stream)
+cdef object _stream_arg(object stream):
+    """A `stream` argument of the core's own (to_device), parsed where it
+    enters, as the CUDA layer receives it."""
+    cdef dlpack_ref_stream s
+    dlpack_ref_stream_converter(stream, &s)
+    return _stream_for_cuda(&s)

@@ -27,7 +27,7 @@
 # value with a Python exception set (the C convention of the header), which
 # Cython raises.
 
-from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t, uintptr_t
 from cpython.object cimport PyObject, PyTypeObject
 from dlpack cimport *
 
@@ -220,6 +220,15 @@ cdef extern from "dlpack_ref.h":
     int dlpack_ref_wants_versioned(object max_version) except -1
     int dlpack_ref_check_copy_arg(object copy) except -1
     int dlpack_ref_parse_dl_device(object obj, DLDevice* out) except -1
+    # a `stream` argument, parsed once where it enters
+    ctypedef struct dlpack_ref_stream:
+        bint given                  # 0: stream=None
+        bint sync                   # 0: stream=-1 (nothing to order)
+        uintptr_t handle            # 1 legacy default, 2 per-thread default, > 2 a CUstream
+    dlpack_ref_stream dlpack_ref_stream_none() noexcept nogil
+    int dlpack_ref_stream_parse(object stream, bint cuda_memory, DLDevice device, object owner,
+                                dlpack_ref_stream* out) except -1
+    int dlpack_ref_stream_converter(object obj, void* out) except 0
     int dlpack_ref_stream_value(object stream, bint cuda_memory, DLDevice device, object owner,
                                 int64_t* out) except -1
     int dlpack_ref_set_copy_forbidden_error(object cls) except -1
@@ -236,9 +245,9 @@ cdef extern from "dlpack_ref.h":
         bint read_only
         uint64_t flags
         void* ctx
-        int (*copy)(void* ctx, const DLTensor* src, DLDevice target, PyObject* stream, int64_t stream_value,
+        int (*copy)(void* ctx, const DLTensor* src, DLDevice target, const dlpack_ref_stream* stream,
                     DLTensor* out, PyObject** out_owner) except -1
-        int (*order)(void* ctx, const DLTensor* t, PyObject* stream, int64_t stream_value) except -1
+        int (*order)(void* ctx, const DLTensor* t, const dlpack_ref_stream* stream) except -1
     object dlpack_ref_producer_export(const dlpack_ref_producer* p, object stream, object max_version,
                                       object dl_device, object copy)
     # the same call in two steps: the plan (every argument checked, the

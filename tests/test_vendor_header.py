@@ -42,6 +42,7 @@ any_fn dlref_probe_table[] = {
     (any_fn)dlpack_ref_exchange_api_memo_ref, (any_fn)dlpack_ref_import, (any_fn)dlpack_ref_to_array,
     (any_fn)dlpack_ref_view, (any_fn)dlpack_ref_export_versioned_released, (any_fn)dlpack_ref_export_legacy_released,
     (any_fn)dlpack_ref_export_plan_capsule_released, (any_fn)dlpack_ref_dlpack_args, (any_fn)dlpack_ref_dlpack_device,
+    (any_fn)dlpack_ref_stream_none, (any_fn)dlpack_ref_stream_parse, (any_fn)dlpack_ref_stream_converter,
 };
 """
 

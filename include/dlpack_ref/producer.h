@@ -9,16 +9,16 @@ typedef struct dlpack_ref_producer {
     uint64_t flags;      /* more flags, e.g. DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED */
     void* ctx;           /* handed to the callbacks */
     /* A copy of `src` usable on `target`, ordered on the consumer's stream
-       (`stream` as passed, None included; `stream_value` as checked): fill
-       *out (its shape and strides need live only until the call returns) and
-       *out_owner (a new reference keeping out's memory alive). A device it
-       cannot copy to: BufferError. NULL: the array cannot be copied. */
-    int (*copy)(void* ctx, const DLTensor* src, DLDevice target, PyObject* stream, int64_t stream_value,
-                DLTensor* out, PyObject** out_owner);
-    /* Make the consumer's stream wait for pending work on the memory. Called
-       for CUDA-family memory exported in place, unless stream is -1. NULL:
-       no work is ever pending. */
-    int (*order)(void* ctx, const DLTensor* t, PyObject* stream, int64_t stream_value);
+       (as parsed once, where the argument entered): fill *out (its shape and
+       strides need live only until the call returns) and *out_owner (a new
+       reference keeping out's memory alive). A device it cannot copy to:
+       BufferError. NULL: the array cannot be copied. */
+    int (*copy)(void* ctx, const DLTensor* src, DLDevice target, const dlpack_ref_stream* stream, DLTensor* out,
+                PyObject** out_owner);
+    /* Make the consumer's stream (as parsed) wait for pending work on the
+       memory. Called for CUDA-family memory exported in place, unless
+       stream is -1 (stream->sync 0). NULL: no work is ever pending. */
+    int (*order)(void* ctx, const DLTensor* t, const dlpack_ref_stream* stream);
 } dlpack_ref_producer;
 
 /* The legacy capsule cannot say read-only, nor that sub-byte data is stored
@@ -84,7 +84,7 @@ typedef struct dlpack_ref_export_plan {
  * error set (and nothing held). */
 static inline int dlpack_ref_producer_plan(const dlpack_ref_producer* p, PyObject* stream, PyObject* max_version,
                                            PyObject* dl_device, PyObject* copy, dlpack_ref_export_plan* plan) {
-    int64_t stream_value = 1;
+    dlpack_ref_stream s;
     int versioned, cuda_family;
     DLDevice target;
     plan->tensor = &p->tensor;
@@ -104,13 +104,12 @@ static inline int dlpack_ref_producer_plan(const dlpack_ref_producer* p, PyObjec
     if (versioned < 0 || dlpack_ref_check_copy_arg(copy) < 0) return -1;
     plan->versioned = versioned;
     cuda_family = dlpack_ref_device_cuda_family((int32_t)p->tensor.device.device_type);
-    if (stream != Py_None && dlpack_ref_stream_value(stream, cuda_family, p->tensor.device, p->owner, &stream_value) < 0)
-        return -1;
+    /* None, the common case, parsed here, where the compiler inlines it. */
+    if (stream == Py_None) s = dlpack_ref_stream_none();
+    else if (dlpack_ref_stream_parse(stream, cuda_family, p->tensor.device, p->owner, &s) < 0) return -1;
     plan->flags = dlpack_ref_priv_export_flags(p);
     if (dl_device == Py_None && copy != Py_True) {
-        if (cuda_family && p->order != NULL && stream_value != -1
-                && p->order(p->ctx, &p->tensor, stream, stream_value) < 0)
-            return -1;
+        if (cuda_family && p->order != NULL && s.sync && p->order(p->ctx, &p->tensor, &s) < 0) return -1;
     } else {
         if (dl_device == Py_None) target = p->tensor.device;
         else if (dlpack_ref_parse_dl_device(dl_device, &target) < 0) return -1;
@@ -125,7 +124,7 @@ static inline int dlpack_ref_producer_plan(const dlpack_ref_producer* p, PyObjec
                 Py_XDECREF(where);
                 return -1;
             }
-            if (p->copy(p->ctx, &p->tensor, target, stream, stream_value, &plan->copied, &plan->copy_owner) < 0)
+            if (p->copy(p->ctx, &p->tensor, target, &s, &plan->copied, &plan->copy_owner) < 0)
                 return -1;
             plan->tensor = &plan->copied;
             plan->owner = plan->copy_owner;
@@ -133,8 +132,7 @@ static inline int dlpack_ref_producer_plan(const dlpack_ref_producer* p, PyObjec
             plan->flags = DLPACK_FLAG_BITMASK_IS_COPIED
                           | ((int64_t)plan->copied.dtype.bits * plan->copied.dtype.lanes < 8
                              ? (p->flags & DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED) : 0);
-        } else if (cuda_family && p->order != NULL && stream_value != -1
-                   && p->order(p->ctx, &p->tensor, stream, stream_value) < 0) {
+        } else if (cuda_family && p->order != NULL && s.sync && p->order(p->ctx, &p->tensor, &s) < 0) {
             return -1;
         }
     }

@@ -2,9 +2,10 @@
 exports and imports (docs/cuda.md), and the allocation and copy calls of
 ``_cuda_memory``. The core passes what each call needs (pointers, devices,
 strides, the memory's ``PendingWork`` record, shared by an Array and all its
-views) and a ``stream`` already checked where it entered (None, or an int
-handle: see ``dlpack_ref._streams``); nothing here reads an Array or checks
-a stream value, and nothing here imports the core.
+views) and a ``stream`` parsed once where it entered, the fields of the
+header's ``dlpack_ref_stream`` as one value (None, NO_SYNC or the handle:
+see ``dlpack_ref._streams``); nothing here reads an Array or parses a
+stream argument, and nothing here imports the core.
 
 - ``require()``: raise CUDAUnavailableError naming what is missing;
 - ``allocate(device, nbytes, copy_from=None) -> owner`` with ``.ptr`` and
@@ -63,7 +64,7 @@ def export_sync(work: PendingWork, device_type: int, device_id: int, stream) -> 
     device_type, device_id
         Where the memory is (a device of the CUDA family).
     stream
-        As checked where it entered (None or a handle). -1: nothing. None
+        As parsed where it entered (None, -1 or a handle). -1: nothing. None
         (no stream given) for memory the host reads
         (pinned, managed): the host may read it on return, so the host waits
         for the pending work (an event or stream sync, never a device sync).

@@ -356,7 +356,7 @@ def plan_copy(shape, dst_strides, src_strides, itemsize):
 
 
 def _copy_stream(rt, dst_type: int, dst_id: int, src_type: int, src_id: int, stream):
-    """The stream a copy runs on, as (the handle the checked ``stream``
+    """The stream a copy runs on, as (the handle the parsed ``stream``
     names, the CUstream handle, its device): the consumer's stream; for None
     and -1 the legacy default stream of the source's device, or of the
     target's for a copy from the host (of the current device between host
@@ -414,7 +414,7 @@ def copy_array(dst: Block, src: Block, shape, itemsize: int, nbytes: int, stream
     nbytes
         The bytes of packed sub-byte data (ignored otherwise).
     stream
-        The consumer's stream, checked where it entered (None or a handle:
+        The consumer's stream, parsed where it entered (None, -1 or a handle:
         ``dlpack_ref._streams``). The copy runs on it
         (None and -1: the legacy default stream of the source's device, or
         of the target's for a copy from the host) after that stream has

@@ -9,13 +9,14 @@ CUDA's NULL stream, the legacy default. 1 and 2 are exactly the driver's
 ``CU_STREAM_LEGACY`` and ``CU_STREAM_PER_THREAD``, so a checked value is a
 driver handle. CPU memory accepts only None.
 
-The rule is written once, in C (``dlpack_ref_stream_value`` of
-include/dlpack_ref.h), and a value is checked once, where it enters: by the
-producer call of ``Array.__dlpack__``, by the core for ``Array.to_device``,
-and by ``dlpack_ref.cuda.stream``. The CUDA layer receives it checked:
-None (no stream was given: the legacy default stream, and a host reader
-waits for the data) or an int handle (1, 2, > 2, or -1), and never checks
-it again.
+The rule is written once, in C (``dlpack_ref_stream_parse`` of
+include/dlpack_ref.h), and a value is parsed once, where it enters, into a
+``dlpack_ref_stream`` struct (given, sync, handle): by the producer call of
+``Array.__dlpack__``, by the core for ``Array.to_device``, and by
+``dlpack_ref.cuda.stream``. The CUDA layer receives the struct's fields as
+they are, in one value: None (not given: the legacy default stream, and a
+host reader waits for the data), NO_SYNC (-1: nothing is to be ordered), or
+the handle (1, 2 or > 2). It never parses a stream argument.
 """
 
 from __future__ import annotations
@@ -28,6 +29,6 @@ NO_SYNC = -1
 
 
 def handle_of(stream) -> int:
-    """The driver handle a checked ``stream`` value names: the legacy default
+    """The handle a parsed ``stream`` names: the legacy default
     stream for None, else the value itself (1, 2, a handle > 2, or -1)."""
     return LEGACY_STREAM if stream is None else stream

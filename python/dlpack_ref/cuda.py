@@ -48,7 +48,7 @@ class stream:
     to its own device only; on other devices the legacy default stream is
     used. Nestable; the previous stream is restored on exit.
 
-    ``s`` is checked here, once, by the stream rule of include/dlpack_ref.h
+    ``s`` is parsed here, once, by the stream rule of include/dlpack_ref.h
     (ValueError or TypeError as ``__dlpack__`` gives them).
     """
 

@@ -82,10 +82,10 @@ static Tensor* copy_to_host(PyTypeObject* type, const DLTensor* src, uint64_t fl
     return c;
 }
 
-static int copy_cb(void* ctx, const DLTensor* src, DLDevice target, PyObject* stream, int64_t value, DLTensor* out,
+static int copy_cb(void* ctx, const DLTensor* src, DLDevice target, const dlpack_ref_stream* stream, DLTensor* out,
                    PyObject** owner) {
     Tensor* c;
-    (void)stream; (void)value;
+    (void)stream;
     if (target.device_type != kDLCPU) {
         PyErr_Format(PyExc_BufferError, ADOPTER " cannot copy to device (%d, %d); it has CPU memory only",
                      (int)target.device_type, (int)target.device_id);

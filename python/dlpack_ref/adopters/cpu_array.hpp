@@ -148,7 +148,7 @@ private:
 };
 
 /* A copy callback (dlpack_ref_producer.copy). */
-using CopyCallback = int (*)(void* ctx, const DLTensor* src, DLDevice target, PyObject* stream, int64_t stream_value,
+using CopyCallback = int (*)(void* ctx, const DLTensor* src, DLDevice target, const dlpack_ref_stream* stream,
                              DLTensor* out, PyObject** owner);
 
 /* Memory of our own: 256-byte aligned, as dlpack-ref's own allocations (JAX
@@ -306,7 +306,7 @@ PyObject* wrap(Array&& array);
 /* --- the DLPack glue: the same for every binding ------------------------------ */
 
 /* The copy callback: a new object of ours, which owns the copy's memory. */
-inline int copy_cb(void* ctx, const DLTensor* src, DLDevice target, PyObject*, int64_t, DLTensor* out,
+inline int copy_cb(void* ctx, const DLTensor* src, DLDevice target, const dlpack_ref_stream*, DLTensor* out,
                    PyObject** owner) {
     return guarded(-1, [&] {
         *owner = wrap(Array::copy_for(ctx, *src, target));

@@ -189,7 +189,7 @@ CopyForbiddenError = <object>dlpack_ref_copy_forbidden_error()
 __version__ = DLPACK_REF_VERSION.decode()
 
 
-cdef int copy_cb(void* ctx, const DLTensor* src, DLDevice target, PyObject* stream, int64_t stream_value,
+cdef int copy_cb(void* ctx, const DLTensor* src, DLDevice target, const dlpack_ref_stream* stream,
                  DLTensor* out, PyObject** owner) except -1:
     if target.device_type != kDLCPU:
         raise BufferError(f"cython_adopter cannot copy to device ({target.device_type}, {target.device_id}); "

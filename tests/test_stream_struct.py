@@ -1,0 +1,221 @@
+"""The stream typed once, at the door: the header parses a `stream` argument
+into a `dlpack_ref_stream` (given, sync, handle) where it enters, the
+producer's callbacks receive that struct, and no code after the door (the
+core's callbacks, its CUDA layer) reads the argument again."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+import dlpack_ref
+
+ROOT = Path(__file__).resolve().parents[1]
+
+PROBE = r"""
+#include <Python.h>
+#include <string.h>
+#include "dlpack_ref.h"
+
+static PyObject* fields(const dlpack_ref_stream* s) {
+    return Py_BuildValue("(iiK)", s->given, s->sync, (unsigned long long)s->handle);
+}
+
+/* parse(stream, cuda_memory): the struct dlpack_ref_stream_parse fills. */
+static PyObject* parse(PyObject* self, PyObject* args) {
+    PyObject* stream;
+    int cuda;
+    dlpack_ref_stream s;
+    DLDevice dev = {kDLCUDA, 0};
+    if (!PyArg_ParseTuple(args, "Op", &stream, &cuda)) return NULL;
+    if (!cuda) dev.device_type = kDLCPU;
+    if (dlpack_ref_stream_parse(stream, cuda, dev, self, &s) < 0) return NULL;
+    return fields(&s);
+}
+
+/* convert(*, stream=None): the "O&" converter, as an adopter's own entry uses it. */
+static PyObject* convert(PyObject* self, PyObject* args, PyObject* kwargs) {
+    static char* keywords[] = {"stream", NULL};
+    dlpack_ref_stream s = dlpack_ref_stream_none();
+    (void)self;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$O&", keywords, dlpack_ref_stream_converter, &s)) return NULL;
+    return fields(&s);
+}
+
+/* What the last producer callback received: ("order" or "copy", fields). */
+static PyObject* seen = NULL;
+
+static int record(const char* which, const dlpack_ref_stream* s) {
+    PyObject* f = fields(s);
+    PyObject* old = seen;
+    if (f == NULL) return -1;
+    seen = Py_BuildValue("(sN)", which, f);
+    Py_XDECREF(old);
+    return seen == NULL ? -1 : 0;
+}
+
+static int order_cb(void* ctx, const DLTensor* t, const dlpack_ref_stream* s) {
+    (void)ctx; (void)t;
+    return record("order", s);
+}
+
+static int copy_cb(void* ctx, const DLTensor* src, DLDevice target, const dlpack_ref_stream* s, DLTensor* out,
+                   PyObject** out_owner) {
+    (void)target;
+    if (record("copy", s) < 0) return -1;
+    *out = *src;                       /* the probe's "copy" is its own static memory */
+    Py_INCREF((PyObject*)ctx);
+    *out_owner = (PyObject*)ctx;
+    return 0;
+}
+
+/* export(stream, copy): __dlpack__(stream=stream, max_version=(1, 3), copy=copy)
+ * of pinned host memory (CUDA family, so the order callback is called);
+ * returns what the callbacks received (None: neither was called). */
+static PyObject* export_(PyObject* self, PyObject* args) {
+    static float data[4];
+    static int64_t shape[1] = {4};
+    PyObject *stream, *copy, *max_version, *capsule, *out;
+    dlpack_ref_producer p;
+    if (!PyArg_ParseTuple(args, "OOO", &stream, &max_version, &copy)) return NULL;
+    memset(&p, 0, sizeof p);
+    p.tensor.data = data;
+    p.tensor.device.device_type = kDLCUDAHost;
+    p.tensor.ndim = 1;
+    p.tensor.dtype.code = kDLFloat;
+    p.tensor.dtype.bits = 32;
+    p.tensor.dtype.lanes = 1;
+    p.tensor.shape = shape;
+    p.owner = self;
+    p.ctx = self;
+    p.order = order_cb;
+    p.copy = copy_cb;
+    Py_CLEAR(seen);
+    capsule = dlpack_ref_producer_export(&p, stream, max_version, Py_None, copy);
+    if (capsule == NULL) return NULL;
+    Py_DECREF(capsule);
+    out = seen != NULL ? seen : Py_None;
+    Py_INCREF(out);
+    return out;
+}
+
+static PyMethodDef methods[] = {
+    {"parse", parse, METH_VARARGS, NULL},
+    {"convert", (PyCFunction)(void (*)(void))convert, METH_VARARGS | METH_KEYWORDS, NULL},
+    {"export", export_, METH_VARARGS, NULL},
+    {NULL, NULL, 0, NULL}};
+static struct PyModuleDef def = {PyModuleDef_HEAD_INIT, "stream_struct_probe", NULL, -1, methods,
+                                 NULL, NULL, NULL, NULL};
+PyMODINIT_FUNC PyInit_stream_struct_probe(void) { return PyModule_Create(&def); }
+"""
+
+
+class _Proto:
+    def __init__(self, answer):
+        self.answer = answer
+        self.calls = 0
+
+    def __cuda_stream__(self):
+        self.calls += 1
+        return self.answer
+
+
+# Each kind of stream value and the struct it parses to, (given, sync, handle),
+# for CUDA-family memory.
+PARSED = [
+    (None, (0, 1, 1)),                   # the default: the legacy default stream
+    (1, (1, 1, 1)),                      # CU_STREAM_LEGACY
+    (2, (1, 1, 2)),                      # CU_STREAM_PER_THREAD
+    (3, (1, 1, 3)),
+    (2**40, (1, 1, 2**40)),
+    (2**63, (1, 1, 2**63)),              # a pointer above INT64_MAX, kept as its 64 bits
+    (2**64 - 2, (1, 1, 2**64 - 2)),
+    (-1, (1, 0, 1)),                     # no sync; a copy runs on the legacy default stream
+    (_Proto((0, 0)), (1, 1, 1)),         # CUDA's NULL stream: the legacy default
+    (_Proto((0, 7)), (1, 1, 7)),
+    (_Proto((0, 2**64 - 2)), (1, 1, 2**64 - 2)),
+]
+
+# Refused values: the exception type and a word of its message.
+REFUSED = [
+    (0, ValueError, "ambiguous"), (-2, ValueError, "is not valid"), (2**64 - 1, ValueError, "below 2**64 - 1"),
+    (2**70, ValueError, "below 2**64 - 1"), (True, TypeError, "not bool"), (1.0, TypeError, "not float"),
+    ("1", TypeError, "not str"), (_Proto((1, 7)), ValueError, "protocol version 0"),
+    (_Proto((0, -1)), ValueError, "from 0 to 2**64 - 2"), (_Proto([0, 7]), ValueError, "expected (0, handle)"),
+]
+
+
+@pytest.fixture(scope="module")
+def probe(tmp_path_factory):
+    from support.build_ext import compile_c_extension
+
+    folder = tmp_path_factory.mktemp("stream_struct")
+    for name in ("dlpack.h", "dlpack_ref.h", "dlpack_ref_tables.h"):
+        shutil.copy(Path(dlpack_ref.get_include(), name), folder / name)
+    source = folder / "stream_struct_probe.c"
+    source.write_text(PROBE)
+    so = compile_c_extension(source, folder, c_include=[folder])
+    spec = importlib.util.spec_from_file_location("stream_struct_probe", so)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("stream, parsed", PARSED, ids=repr)
+def test_each_kind_of_stream_value_parses_to_its_struct(probe, stream, parsed):
+    assert probe.parse(stream, True) == parsed
+    assert probe.convert(stream=stream) == parsed
+    assert probe.convert() == (0, 1, 1)
+
+
+@pytest.mark.parametrize("stream, error, word", REFUSED, ids=repr)
+def test_a_refused_stream_raises_the_same_error_through_parse_converter_and_export(probe, stream, error, word):
+    for call in (lambda: probe.parse(stream, True), lambda: probe.convert(stream=stream),
+                 lambda: probe.export(stream, (1, 3), None)):
+        with pytest.raises(error) as info:
+            call()
+        assert word in str(info.value)
+
+
+def test_cpu_memory_parses_none_only(probe):
+    assert probe.parse(None, False) == (0, 1, 1)
+    with pytest.raises(ValueError, match="only stream=None is accepted for CPU memory"):
+        probe.parse(1, False)
+    with pytest.raises(TypeError, match="stream must be None for CPU memory, not str"):
+        probe.parse("1", False)
+
+
+@pytest.mark.parametrize("stream, parsed", PARSED, ids=repr)
+def test_the_producer_callbacks_receive_the_parsed_struct(probe, stream, parsed):
+    """The order callback gets the struct (and is not called for -1); the
+    copy callback gets it too, -1 included; a stream object is asked for
+    its handle once per call."""
+    if isinstance(stream, _Proto):
+        stream.calls = 0
+    order = probe.export(stream, (1, 3), None)
+    assert order == (None if parsed[1] == 0 else ("order", parsed))
+    assert probe.export(stream, (1, 3), True) == ("copy", parsed)
+    if isinstance(stream, _Proto):
+        assert stream.calls == 2
+
+
+def test_no_code_after_the_door_reads_a_stream_argument_again():
+    """The core hands the CUDA layer the struct's fields: it calls the
+    header's parse only where a stream enters (the producer call, and one
+    converter call each for to_device and cuda.stream), never rebuilds the
+    int from the header's int64, and the CUDA layer checks no stream value."""
+    core = {p.name: p.read_text() for p in (ROOT / "src").glob("*.pxi")}
+    calls = {name: re.findall(r"dlpack_ref_stream_(?:value|parse|converter)\(", text) for name, text in core.items()}
+    assert {name: n for name, n in calls.items() if n} == {
+        "_export.pxi": ["dlpack_ref_stream_converter(", "dlpack_ref_stream_converter("]}
+    for name, text in core.items():
+        assert "2**64" not in text, name
+    layer = ROOT / "python" / "dlpack_ref"
+    for path in [*layer.glob("_cuda*.py"), layer / "_streams.py", layer / "cuda.py"]:
+        text = path.read_text()
+        assert "getattr" not in text or "__cuda_stream__" not in text, path.name
+        assert "2**64" not in text, path.name
