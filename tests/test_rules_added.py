@@ -98,6 +98,15 @@ def _docs_figures():
     return module
 
 
+def test_the_docs_read_the_rules_check_imports():
+    from dlpack_ref.conformance.rules import entries
+    docs_figures = _docs_figures()
+    declared = docs_figures.checkout.source(RULES).need()["rules"]
+    assert [(r["id"], r["text"], r["source"], r["where"]) for r in declared] == [
+        (e.rule.id, e.rule.text, e.rule.source, e.rule.where) for e in entries()]
+    assert {r["chapter"] for r in declared} == {e.chapter for e in entries()}
+
+
 def test_the_docs_table_lists_the_new_rule(tmp_path):
     docs_figures = _docs_figures()
     shutil.copytree(ROOT / RULES, tmp_path / RULES, ignore=shutil.ignore_patterns("__pycache__"))

@@ -40,7 +40,7 @@ def _declared(path: Path) -> list[dict]:
 
 def declared(root: Path | None = None) -> list[dict]:
     """Every rule, in the checker's report order (its REPORT_ORDER, then each
-    side's rules it does not list, by chapter and declaration), each with
+    side's rules it does not list, by chapter name and declaration), each with
     the text of its source (model.py's SOURCES): from ``root``'s files when
     it has them (another checkout), else this checkout's."""
     folder = root / FOLDER if root is not None and (root / FOLDER / "chapters").is_dir() else _OWN
@@ -53,5 +53,5 @@ def declared(root: Path | None = None) -> list[dict]:
     def place(item):
         i, r = item
         listed = r["id"] in order
-        return _SIDES.index(r["side"]), not listed, order.index(r["id"]) if listed else i
+        return _SIDES.index(r["side"]), not listed, (order.index(r["id"]),) if listed else (r["chapter"], i)
     return [r for _, r in sorted(enumerate(rules), key=place)]

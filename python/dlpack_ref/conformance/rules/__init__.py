@@ -39,7 +39,8 @@ CHAPTERS = [importlib.import_module(f"{chapters.__name__}.{m.name}")
 
 #: The order of the rules in reports as it stood before the rules went by
 #: chapter, kept so that reports read as before; a rule not listed follows
-#: its side's listed rules, in the order of its chapter's declarations.
+#: its side's listed rules, by chapter (in the order of their names) and
+#: declaration.
 REPORT_ORDER = (
     "producer.legacy_without_max_version", "producer.versioned_capsule", "producer.newer_major_requested",
     "producer.strides_not_null", "producer.zero_dim", "producer.size_zero", "producer.read_only_flag",
@@ -69,7 +70,8 @@ REPORT_ORDER = (
 
 def _place(entry: Entry, declared: int) -> tuple:
     listed = entry.rule.id in REPORT_ORDER
-    return (SIDES.index(entry.side), not listed, REPORT_ORDER.index(entry.rule.id) if listed else declared)
+    return (SIDES.index(entry.side), not listed,
+            (REPORT_ORDER.index(entry.rule.id),) if listed else (entry.chapter, declared))
 
 
 #: Every rule, producer rules first, then consumer and CUDA rules.

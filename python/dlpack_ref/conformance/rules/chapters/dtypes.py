@@ -19,6 +19,7 @@ from ..consumer_cases import attempt, import_made, judged
 from ..consumer_judges import refused, refuses_with_buffererror
 from ..support import CheckFailed
 from ..table import breaks, rule
+from .malformed import ACCEPTED
 
 
 # --- producers ----------------------------------------------------------------------------
@@ -303,7 +304,7 @@ def dtype_lanes(c):
                   refuses_or_keeps_lanes, about_dtype=True)
 
 
-@breaks(dtype_lanes, shows="accepted (result Array on device_type 1, device_id 0)")
+@breaks(dtype_lanes, shows=ACCEPTED)
 class IgnoresLanes(Importer):
     """Reads a vector dtype (lanes > 1) as its scalar type."""
 

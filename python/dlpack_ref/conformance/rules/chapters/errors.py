@@ -44,7 +44,7 @@ def buffererror_for_unexportable(p) -> str:
     return "; ".join(notes)
 
 
-@breaks(buffererror_for_unexportable, shows='an array of Python objects: __dlpack__ raised TypeError',
+@breaks(buffererror_for_unexportable, shows="an array of Python objects: __dlpack__ raised TypeError",
         subject=lambda cls: completed(unexportable=cls))
 class UnexportableTypeError(Unexportable):
     """Refuses an export with TypeError, not BufferError."""

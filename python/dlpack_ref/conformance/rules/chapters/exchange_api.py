@@ -151,7 +151,7 @@ def stores_no_stream(device_type, device_id, out):
     return 0  # success, *out left as it was
 
 
-@breaks(exchange_api, shows='returned without storing a stream',
+@breaks(exchange_api, shows="returned without storing a stream",
         subject=lambda cls: wrapping(publishing(cls, current_work_stream=STREAM_T(stores_no_stream))))
 class StreamlessTable(Wrapped):
     """Its type's exchange table: current_work_stream succeeds without storing a stream."""

@@ -20,6 +20,9 @@ from ..consumer_cases import F64, SQUARE, import_asked, import_made, judged
 from ..consumer_judges import refuses
 from ..table import breaks, rule
 
+#: What the breakers of this chapter's rules show: the malformed input imported as an array.
+ACCEPTED = "accepted (result Array on device_type 1, device_id 0)"
+
 
 @rule(side="consumer", source="python", where="Python spec: __dlpack__ returns a PyCapsule")
 def producer_returns_non_capsule(c):
@@ -27,7 +30,7 @@ def producer_returns_non_capsule(c):
     return judged(c, lambda f: import_asked(c, f, {}, returns=42), refuses, deleters=0)
 
 
-@breaks(producer_returns_non_capsule, shows="accepted (result Array on device_type 1, device_id 0)")
+@breaks(producer_returns_non_capsule, shows=ACCEPTED)
 class AsarrayOfNonCapsule(Importer):
     """Takes what a __dlpack__ returned that is no capsule as values (dlpack_ref.asarray of it)."""
 
@@ -47,7 +50,7 @@ def bad_name(c):
     return judged(c, lambda f: import_made(c, f, shape=(3,), dtype=F64, name=b"not_a_dltensor"), refuses)
 
 
-@breaks(bad_name, shows="accepted (result Array on device_type 1, device_id 0)")
+@breaks(bad_name, shows=ACCEPTED)
 class AnyNameIsVersioned(Importer):
     """Takes a capsule of any other name for a versioned one."""
 
@@ -63,7 +66,7 @@ def used_name(c):
     return judged(c, lambda f: import_made(c, f, shape=(3,), dtype=F64, name=NAME_USED_VERSIONED), refuses)
 
 
-@breaks(used_name, shows="accepted (result Array on device_type 1, device_id 0)")
+@breaks(used_name, shows=ACCEPTED)
 class AcceptsUsedName(Importer):
     """Imports a capsule named used_* as if unconsumed, unless it consumed
     that tensor itself (it remembers its own imports)."""
@@ -86,7 +89,7 @@ def major_version_2(c):
                   needs_versioned=True)
 
 
-@breaks(major_version_2, shows="accepted (result Array on device_type 1, device_id 0)")
+@breaks(major_version_2, shows=ACCEPTED)
 class MajorTwoAsOne(Importer):
     """Reads version 2.x as 1.x."""
 
@@ -102,7 +105,7 @@ def ndim_negative(c):
     return judged(c, lambda f: import_made(c, f, shape=(3,), dtype=F64, ndim=-1), refuses)
 
 
-@breaks(ndim_negative, shows="accepted (result Array on device_type 1, device_id 0)")
+@breaks(ndim_negative, shows=ACCEPTED)
 class NegativeNdimAsZero(Importer):
     """Reads a negative ndim as 0 (a 0-d array)."""
 
@@ -118,7 +121,7 @@ def shape_negative(c):
     return judged(c, lambda f: import_made(c, f, shape=(-3,), dtype=F64), refuses)
 
 
-@breaks(shape_negative, shows="accepted (result Array on device_type 1, device_id 0)")
+@breaks(shape_negative, shows=ACCEPTED)
 class NegativeExtentAsZero(Importer):
     """Reads a negative extent as 0 (an empty array)."""
 
@@ -136,7 +139,7 @@ def shape_null(c):
     return judged(c, lambda f: import_made(c, f, shape=(3,), dtype=F64, shape_null=True), refuses)
 
 
-@breaks(shape_null, shows="accepted (result Array on device_type 1, device_id 0)")
+@breaks(shape_null, shows=ACCEPTED)
 class EmptyForNullShape(Importer):
     """Returns an empty array for a NULL shape."""
 
@@ -152,7 +155,7 @@ def data_null(c):
     return judged(c, lambda f: import_made(c, f, shape=(3,), dtype=F64, data=None), refuses)
 
 
-@breaks(data_null, shows="accepted (result Array on device_type 1, device_id 0)")
+@breaks(data_null, shows=ACCEPTED)
 class ZerosForNullData(Importer):
     """Returns zeros for NULL data."""
 
@@ -168,7 +171,7 @@ def extent_overflow(c):
     return judged(c, lambda f: import_made(c, f, shape=(2 ** 62, 8), dtype=F64), refuses, control=SQUARE)
 
 
-@breaks(extent_overflow, shows="accepted (result Array on device_type 1, device_id 0)")
+@breaks(extent_overflow, shows=ACCEPTED)
 class EmptyForOverflow(Importer):
     """Takes a shape whose size overflows int64 as an empty array (its size wrapped to 0)."""
 

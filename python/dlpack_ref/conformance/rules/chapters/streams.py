@@ -17,6 +17,9 @@ from ..producer_cases import device_of, device_pair, made
 from ..support import CheckFailed, must_succeed, refused_streams
 from ..table import breaks, rule
 
+#: What a dropped wait shows: a read on the consumer's stream sees the bytes from before the pending write.
+STALE = "bytes differ from the array's values"
+
 
 # --- producers ----------------------------------------------------------------------------
 
@@ -53,7 +56,7 @@ def stream_handle_waits(cp) -> str:
     return ordered(cp, lambda c: c, lambda c: c, "<consumer stream>")
 
 
-@breaks(stream_handle_waits, shows="bytes differ from the array's values")
+@breaks(stream_handle_waits, shows=STALE)
 class NoWaitForHandles(DroppedWait):
     """Exports in place without ordering a consumer's stream handle (> 2) after its pending work (as for
     stream=-1)."""
@@ -77,7 +80,7 @@ def stream_object_waits(cp) -> str:
         raise
 
 
-@breaks(stream_object_waits, shows="bytes differ from the array's values")
+@breaks(stream_object_waits, shows=STALE)
 class NoWaitForObjects(DroppedWait):
     """Exports in place without ordering a __cuda_stream__ object's stream after its pending work (as for
     stream=-1)."""
@@ -93,7 +96,7 @@ def stream_legacy_waits(cp) -> str:
     return ordered(cp, lambda c: LEGACY_STREAM, lambda c: LEGACY_STREAM, "1")
 
 
-@breaks(stream_legacy_waits, shows="bytes differ from the array's values")
+@breaks(stream_legacy_waits, shows=STALE)
 class NoWaitForLegacy(DroppedWait):
     """Exports in place without ordering the legacy default stream (stream=1) after its pending work (as
     for stream=-1)."""
@@ -142,7 +145,7 @@ def stream_per_thread_waits(cp) -> str:
     return ordered(cp, lambda c: PER_THREAD_STREAM, lambda c: PER_THREAD_STREAM, "2")
 
 
-@breaks(stream_per_thread_waits, shows="bytes differ from the array's values")
+@breaks(stream_per_thread_waits, shows=STALE)
 class NoWaitForPerThread(DroppedWait):
     """Exports in place without ordering the per-thread default stream (stream=2) after its pending work
     (as for stream=-1)."""
@@ -176,7 +179,7 @@ def stream_none_waits(cp) -> str:
     return ordered(cp, lambda c: None, lambda c: LEGACY_STREAM, "None")
 
 
-@breaks(stream_none_waits, shows="bytes differ from the array's values")
+@breaks(stream_none_waits, shows=STALE)
 class NoWaitForNone(DroppedWait):
     """Exports in place without ordering the legacy default stream for stream=None after its pending work
     (as for stream=-1)."""
