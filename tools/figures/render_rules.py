@@ -22,9 +22,16 @@ def _markdown(text: str) -> str:
 
 def _source(rule: dict) -> str:
     """Where a rule is written: its source's name (SOURCES' text before any
-    parenthesis), then the section."""
-    name = rule["source_text"].split(" (")[0]
-    return _markdown(f"{name}: {rule['where']}" if rule["where"] else name)
+    parenthesis), then the section; a section that starts with the name's
+    last words ("Python spec: ...") continues the name instead of repeating it."""
+    name, where = rule["source_text"].split(" (")[0], rule["where"]
+    if not where:
+        return _markdown(name)
+    words = name.split()
+    for k in range(len(words), 0, -1):
+        if where.startswith(" ".join(words[-k:])):
+            return _markdown(" ".join(words[:-k] + [where]))
+    return _markdown(f"{name}: {where}")
 
 
 def rules_checked(sources: list[Source], args: list[str]) -> str:

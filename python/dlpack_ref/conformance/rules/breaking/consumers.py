@@ -18,8 +18,8 @@ from dlpack_ref.testing.reader import capsule_name, read_capsule
 from .producers import own
 from .surgery import is_capsule
 
-__all__ = ["Importer", "Substitute", "USED_NAMES", "Widening", "importing", "live_result", "on_host", "remember",
-           "take_without_release"]
+__all__ = ["Importer", "Remembering", "Substitute", "USED_NAMES", "Widening", "importing", "live_result", "on_host",
+           "remember", "take_without_release"]
 
 
 class Substitute(Exception):
@@ -133,6 +133,15 @@ def live_result(capsule):
 
 
 USED_NAMES = (NAME_USED_VERSIONED, NAME_USED_LEGACY)
+
+
+class Remembering(Importer):
+    """An Importer that remembers the tensor of each import while its
+    result lives (:func:`live_result` answers for a capsule of it)."""
+
+    def result(self, r, asked, device, copy):
+        remember(r, asked)
+        return r
 
 
 class Widening(Importer):

@@ -14,7 +14,7 @@ from dlpack_ref.testing.abi import (
 )
 from dlpack_ref.testing.reader import capsule_name
 
-from ..breaking.consumers import Importer, Substitute, USED_NAMES, live_result, remember
+from ..breaking.consumers import USED_NAMES, Importer, Remembering, Substitute, live_result
 from ..breaking.surgery import is_capsule, managed
 from ..consumer_cases import F64, SQUARE, import_asked, import_made, judged
 from ..consumer_judges import refuses
@@ -67,7 +67,7 @@ def used_name(c):
 
 
 @breaks(used_name, shows=ACCEPTED)
-class AcceptsUsedName(Importer):
+class AcceptsUsedName(Remembering):
     """Imports a capsule named used_* as if unconsumed, unless it consumed
     that tensor itself (it remembers its own imports)."""
 
@@ -76,10 +76,6 @@ class AcceptsUsedName(Importer):
         if name in USED_NAMES and live_result(capsule) is None:
             PyCapsule_SetName(id(capsule), NAME_VERSIONED if name == NAME_USED_VERSIONED else NAME_LEGACY)
         return capsule
-
-    def result(self, r, asked, device, copy):
-        remember(r, asked)
-        return r
 
 
 @rule(side="consumer", source="header", where="DLPackVersion: 'the consumer must call the deleter'")

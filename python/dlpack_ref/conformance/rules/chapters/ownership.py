@@ -16,7 +16,7 @@ from dlpack_ref.testing.abi import (
 from dlpack_ref.testing.factory import ForeignProducer
 from dlpack_ref.testing.reader import Consumed, capsule_name, read_capsule
 
-from ..breaking.consumers import Importer, Substitute, USED_NAMES, live_result, remember
+from ..breaking.consumers import USED_NAMES, Importer, Remembering, Substitute, live_result
 from ..breaking.producers import Wrapped
 from ..breaking.surgery import rewrapped
 from ..consumer_cases import F64, KeepingProducer, V123, attempt, f64, import_made, judged, recorded_calls
@@ -169,7 +169,7 @@ def consumed_twice(c):
 
 
 @breaks(consumed_twice, shows="the same capsule was imported twice")
-class SharesLiveImports(Importer):
+class SharesLiveImports(Remembering):
     """A capsule it consumed, handed over again while its first result
     lives, is imported again: the first result is returned."""
 
@@ -177,10 +177,6 @@ class SharesLiveImports(Importer):
         if capsule_name(capsule) in USED_NAMES and live_result(capsule) is not None:
             raise Substitute(live_result(capsule))
         return capsule
-
-    def result(self, r, asked, device, copy):
-        remember(r, asked)
-        return r
 
 
 @rule(side="consumer", source="header", where="DLManagedTensorVersioned.deleter 'can be NULL'")
