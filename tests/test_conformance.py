@@ -14,7 +14,7 @@ import dlpack_ref as dr
 from dlpack_ref import conformance as conf
 from dlpack_ref.testing import NAME_USED_VERSIONED, NAME_VERSIONED, c_api
 from dlpack_ref.conformance import Consumer, Status
-from dlpack_ref.conformance.rules import consumer, entries
+from dlpack_ref.conformance.rules import consumer_judges as judges, entries
 from dlpack_ref.conformance.run import run, run_here, run_matrix
 from dlpack_ref.harness import runner
 from dlpack_ref.harness.registry import subject as library
@@ -131,7 +131,7 @@ def test_each_rule_is_a_function_of_its_own():
 
 def test_the_judge_of_an_in_place_case_that_copied_names_both_pointers():
     problems = []
-    status, notes = consumer.accepts_in_place({"outcome": "ok", "values": [1.0, 2.0, 3.0], "ptr": 2,
+    status, notes = judges.accepts_in_place({"outcome": "ok", "values": [1.0, 2.0, 3.0], "ptr": 2,
                                                "source_ptr": 1}, problems, [1.0, 2.0, 3.0])
     assert status is None and problems == ["copied (pointer 2 != source 1)"] and notes == []
 
@@ -176,12 +176,16 @@ def test_the_device_types_upstream_added_after_1_3_are_device_types(value):
 def test_bcomplex32_is_judged_with_the_complex_dtypes():
     """dlpack-ref exports bcomplex32 with kDLBcomplex; a producer that calls
     it a 32-bit kDLComplex (which would be complex of two float16) fails."""
-    from support.breaking_producers import retyping, wrapping
+    from dlpack_ref.conformance.rules.breaking.producers import Retyped, wrapping
 
     [r] = conf.check(producer_factory=library("dlpack_ref").producer.factory, only=["producer.dtype_complex"])
     assert r.status is Status.PASS and "bcomplex32=(18, 32, 1)" in r.detail, r.line()
-    as_complex32 = retyping("BcomplexAsComplex32", "Exports bcomplex32 as (5, 32, 1).", {(18, 32, 1): (5, 32, 1)})
-    [r] = conf.check(producer_factory=wrapping(as_complex32).factory, only=["producer.dtype_complex"])
+    class BcomplexAsComplex32(Retyped):
+        """Exports bcomplex32 as (5, 32, 1)."""
+
+        retyped = {(18, 32, 1): (5, 32, 1)}
+
+    [r] = conf.check(producer_factory=wrapping(BcomplexAsComplex32).factory, only=["producer.dtype_complex"])
     assert r.status is Status.FAIL and "bcomplex32: exported (code, bits, lanes)=(5, 32, 1), expected (18, 32, 1)" \
         in r.detail, r.line()
 

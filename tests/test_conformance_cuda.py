@@ -3,7 +3,7 @@ simulated driver in CI, on the GPU where there is one), each rule fails for
 a producer broken the way it describes, and a library that cannot make what
 a rule needs, or a process without a CUDA device, gets "not supported".
 
-The broken producers (tests/support/breaking_cuda.py, combined here to
+The broken producers (the rules' own breakers, and some combined here to
 break several rules at once) wrap dlpack-ref arrays and break one promise each:
 a wait dropped, a synchronization added, stream 0 accepted, copy=True
 aliasing, a flag cleared, a host copy on a stream of their own, managed or
@@ -19,13 +19,14 @@ import sys
 import pytest
 
 from dlpack_ref.conformance import CudaProducer, Status, subject_of
-from dlpack_ref.conformance.rules import entries, tasks_for
+from dlpack_ref.conformance.rules import BREAKERS, entries, tasks_for
+from dlpack_ref.conformance.rules.breaking.cuda import DroppedWait, HostCopyOnOwnStream, cuda_wrapping, is_int
+from dlpack_ref.conformance.rules.breaking.producers import Wrapped
+from dlpack_ref.conformance.rules.breaking.surgery import set_flag
 from dlpack_ref.conformance.run import run, run_here
 from dlpack_ref.harness.registry import subject as library
 from dlpack_ref.testing import FLAG_IS_COPIED
-from support import breaking_cuda as K
 from support import cudasim, cudatest
-from support.breaking_producers import Wrapped, set_flag
 
 pytestmark = [*cudatest.marks(), pytest.mark.harness]
 
@@ -68,11 +69,22 @@ def _sim_env() -> dict:
     return env
 
 
-# Producers that break several rules at once (one rule each: support.breakers,
-# proven by tests/test_rules_proven.py), made of the same pieces.
-NoStreamWait = K.dropping_wait("NoStreamWait", "any consumer stream",
-                               lambda s: s is None or hasattr(s, "__cuda_stream__") or (K.is_int(s) and s > 0))
-HostCopyOnItsOwnStream = K.host_copy_on_own_stream("HostCopyOnItsOwnStream", "any stream", lambda s: True)
+# Producers that break several rules at once (one rule each: the rules'
+# breakers, proven by tests/test_rules_proven.py), made of the same pieces.
+class NoStreamWait(DroppedWait):
+    """Exports in place without ordering any consumer stream after its pending work (as for stream=-1)."""
+
+    @staticmethod
+    def dropped(stream) -> bool:
+        return stream is None or hasattr(stream, "__cuda_stream__") or (is_int(stream) and stream > 0)
+
+
+class HostCopyOnItsOwnStream(HostCopyOnOwnStream):
+    """Copies to the host for dl_device=(kDLCPU, 0) with any stream on a stream of its own, never waited for."""
+
+    @staticmethod
+    def diverted(stream) -> bool:
+        return True
 
 
 class AliasingCopy(Wrapped):
@@ -143,22 +155,22 @@ def test_the_cli_runs_the_cuda_rules_alone_and_reports_them():
     assert "CUDA checks" in table and "cuda.copy_true_copies" in table and "cuda.managed_device" not in table
 
 
-BROKEN = [
+COMBINED = [
     (NoStreamWait, {"cuda.stream_handle_waits", "cuda.stream_legacy_waits", "cuda.stream_per_thread_waits",
                     "cuda.stream_none_waits", "cuda.stream_object_waits"}),
-    (K.SyncsOnMinusOne, {"cuda.stream_no_sync"}),
-    (K.AcceptsStreamZero, {"cuda.stream_invalid_refused"}),
     (AliasingCopy, {"cuda.copy_true_copies", "cuda.copy_true_flag"}),
     (NoCopiedFlag, {"cuda.copy_true_flag", "cuda.dl_device_cpu_flag"}),
     (HostCopyOnItsOwnStream, {"cuda.dl_device_cpu_readable", "cuda.dl_device_cpu_on_stream"}),
-    (K.ManagedAsCuda, {"cuda.managed_device"}),
-    (K.PinnedAsCpu, {"cuda.pinned_device"}),
 ]
+#: The combined producers, then the breaker each rule declares for the rules
+#: none of them breaks, each breaking exactly its rule.
+BROKEN = COMBINED + [(BREAKERS[rule].cls, {rule}) for rule in CUDA_RULES
+                     if not any(rule in broken for _, broken in COMBINED)]
 
 
 @pytest.mark.parametrize("wrapper, broken", BROKEN, ids=[w.__name__ for w, _ in BROKEN])
 def test_a_broken_producer_fails_exactly_its_rules(wrapper, broken):
-    results = check_cuda(K.cuda_wrapping(wrapper))
+    results = check_cuda(cuda_wrapping(wrapper))
     assert _errors(results) == []
     assert _failing(results) == broken, [r.line() for r in results if r.failed]
     assert all(r.status is Status.PASS for r in results if r.rule.id not in broken)
@@ -186,7 +198,7 @@ def test_what_a_library_cannot_do_is_not_supported_never_a_pass():
     assert "cannot tell it which stream" in results["cuda.stream_handle_waits"].detail
     assert results["cuda.managed_device"].exc_message == "no managed memory in this library"
     assert all(r.status is Status.PASS for k, r in results.items() if k not in unsupported)
-    ints = {r.rule.id: r for r in check_cuda(K.cuda_wrapping(IntStreamsOnly), only=["cuda.stream_object_waits"])}
+    ints = {r.rule.id: r for r in check_cuda(cuda_wrapping(IntStreamsOnly), only=["cuda.stream_object_waits"])}
     assert ints["cuda.stream_object_waits"].status is Status.NOT_SUPPORTED
 
 
@@ -200,7 +212,7 @@ class RefusesDeviceCopy(Wrapped):
 
 
 def test_copy_true_refused_on_the_device_is_a_failure_not_unsupported():
-    results = {r.rule.id: r for r in check_cuda(K.cuda_wrapping(RefusesDeviceCopy),
+    results = {r.rule.id: r for r in check_cuda(cuda_wrapping(RefusesDeviceCopy),
                                                 only=["cuda.copy_true_copies", "cuda.copy_true_flag"])}
     copies = results["cuda.copy_true_copies"]
     assert copies.status is Status.FAIL and copies.exc_type == "BufferError"

@@ -12,7 +12,7 @@ import dlpack_ref
 import dlpack_ref.conformance
 import dlpack_ref.cuda
 from dlpack_ref.bench.report import standing_lines
-from dlpack_ref.conformance.rules import consumer
+from dlpack_ref.conformance.rules import consumer_judges as judges
 from support import command
 
 pytestmark = pytest.mark.harness
@@ -28,17 +28,17 @@ def test_the_future_import_is_no_public_name(module):
 def test_a_second_import_that_never_happened_is_not_said_to_be_refused():
     # The producer kept no capsule, so there was nothing to import twice.
     out = {"outcome": "ok", "second": {"outcome": "none"}}
-    verdict, notes = consumer.refuses_second_import(out, [], None)
+    verdict, notes = judges.refuses_second_import(out, [], None)
     assert notes == ["no second import: the producer kept no capsule to hand over again"]
     out = {"outcome": "ok", "second": {"outcome": "raised", "exc": ["BufferError", "used"]}}
-    assert consumer.refuses_second_import(out, [], None)[1] == ["second import refused with BufferError"]
+    assert judges.refuses_second_import(out, [], None)[1] == ["second import refused with BufferError"]
 
 
 def test_a_device_reads_in_the_headers_words_not_as_a_list():
     problems = []
-    consumer.refuses({"outcome": "ok", "type": "Array", "device": [1, 0]}, problems, None)
+    judges.refuses({"outcome": "ok", "type": "Array", "device": [1, 0]}, problems, None)
     assert problems == ["accepted (result Array on device_type 1, device_id 0)"]
-    assert consumer.refuses_device({"outcome": "ok", "device": [2, 1]}, [], None)[1] == [
+    assert judges.refuses_device({"outcome": "ok", "device": [2, 1]}, [], None)[1] == [
         "kept as a device array on device_type 2, device_id 1, not read"]
 
 

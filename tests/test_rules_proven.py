@@ -1,6 +1,6 @@
 """Every rule proven to fail. dlpack-ref passes each
 rule; beside it, a subject made to break exactly that rule
-(tests/support/breakers.py) fails it and passes, or is not supported by,
+(declared beside it, ``@breaks``) fails it and passes, or is not supported by,
 every other rule of its side; and the failure's reproduction, run in a
 fresh interpreter, shows that failure. A rule nothing can fail is a defect:
 a rule without a breaker fails here, named.

@@ -8,7 +8,7 @@ import dataclasses
 import json
 from pathlib import Path
 
-from figures import libraries
+from figures import libraries, rules
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
@@ -83,11 +83,14 @@ def use_root(root: Path) -> None:
 
 
 def source(path: str) -> Source:
-    """A result file of FILES, or the known libraries' files (libraries.FOLDER) as their declarations."""
+    """A result file of FILES, the known libraries' files (libraries.FOLDER) as their declarations, or the
+    rules' chapters (rules.FOLDER) as theirs."""
     if path not in _cache:
         f = ROOT / path
         if path == libraries.FOLDER:
             _cache[path] = Source(path, {"libraries": libraries.known(ROOT)})
+        elif path == rules.FOLDER:
+            _cache[path] = Source(path, {"rules": rules.declared(ROOT)})
         else:
             _cache[path] = Source(path, json.loads(f.read_text(encoding="utf-8")) if f.exists() else None)
     return _cache[path]

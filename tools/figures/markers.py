@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from figures import (checkout, libraries, render_adopters, render_adoption, render_copies, render_ecosystem,
-                     render_exchange, render_libraries, render_pool)
+                     render_exchange, render_libraries, render_pool, render_rules, rules)
 from figures.checkout import FILES, NoData, Source, kind, pages, source
 
 
@@ -59,6 +59,8 @@ FIGURES: dict[str, tuple[str, Callable[[list[Source], list[str]], str]]] = {
     "summary-line": ("ecosystem", render_ecosystem.ecosystem_summary_line),
     # from the library files (libraries.FOLDER), not a result file
     "known-libraries": ("libraries", render_libraries.known_libraries),
+    # from the rules' declarations (rules.FOLDER), not a result file
+    "rules-checked": ("rules", render_rules.rules_checked),
 }
 
 
@@ -86,9 +88,9 @@ def parse_spec(spec: str) -> tuple[str, list[str], list[str]]:
     if name not in FIGURES:
         raise ValueError(f"unknown figure {name!r} (known: {', '.join(FIGURES)})")
     for path in paths:
-        if path not in FILES and path != libraries.FOLDER:
+        if path not in FILES and path not in (libraries.FOLDER, rules.FOLDER):
             raise ValueError(f"{path}: not a result file this script knows (known: {', '.join(FILES)}, "
-                             f"or {libraries.FOLDER})")
+                             f"{libraries.FOLDER} or {rules.FOLDER})")
         if kind(path) != FIGURES[name][0]:
             raise ValueError(f"figure {name!r} is not made from {path}")
     return name, args, paths

@@ -13,8 +13,8 @@ pytest plugin (one test per rule, see the conformance page of the docs) or::
         assert_conforms(producer_factory=make_array, from_dlpack=mylib.from_dlpack)
 
 Modules: ``model`` (Rule, Result, Status), ``rules`` (each rule once, as the
-check that runs and that its reproduction prints: ``rules.producer``,
-``rules.consumer``, ``rules.cuda``), ``run`` (a library's rules and the
+check that runs and that its reproduction prints, by chapter in
+``rules.chapters``, beside the subject that breaks it), ``run`` (a library's rules and the
 exchange matrix in child processes), ``reproduce`` (each failure as Python
 that shows it with its library alone), ``gate`` (allowances), ``report``,
 ``ecosystem`` (the table of a JSON report), ``pytest_plugin``. What is
