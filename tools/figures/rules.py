@@ -39,19 +39,19 @@ def _declared(path: Path) -> list[dict]:
 
 
 def declared(root: Path | None = None) -> list[dict]:
-    """Every rule, in the checker's report order (its REPORT_ORDER, then each
-    side's rules it does not list, by chapter name and declaration), each with
+    """Every rule, in the checker's report order (side, then chapter as the
+    chapters' ORDER reads them, then declaration), each with
     the text of its source (model.py's SOURCES): from ``root``'s files when
     it has them (another checkout), else this checkout's."""
     folder = root / FOLDER if root is not None and (root / FOLDER / "chapters").is_dir() else _OWN
     rules = [r for f in sorted((folder / "chapters").glob("[!_]*.py")) for r in _declared(f)]
-    order = _literal(folder, "__init__.py", "REPORT_ORDER")
+    order = _literal(folder / "chapters", "__init__.py", "ORDER")
     sources = _literal(folder.parent, "model.py", "SOURCES")
     for r in rules:
         r["source_text"] = sources[r["source"]]
 
     def place(item):
         i, r = item
-        listed = r["id"] in order
-        return _SIDES.index(r["side"]), not listed, (order.index(r["id"]),) if listed else (r["chapter"], i)
+        chapter = order.index(r["chapter"]) if r["chapter"] in order else len(order)
+        return _SIDES.index(r["side"]), chapter, r["chapter"], i
     return [r for _, r in sorted(enumerate(rules), key=place)]

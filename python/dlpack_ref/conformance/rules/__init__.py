@@ -37,41 +37,10 @@ __all__ = ["BREAKERS", "Breaker", "Entry", "RULES", "breaks", "entries", "perfor
 CHAPTERS = [importlib.import_module(f"{chapters.__name__}.{m.name}")
             for m in sorted(pkgutil.iter_modules(chapters.__path__), key=lambda m: m.name)]
 
-#: The order of the rules in reports as it stood before the rules went by
-#: chapter, kept so that reports read as before; a rule not listed follows
-#: its side's listed rules, by chapter (in the order of their names) and
-#: declaration.
-REPORT_ORDER = (
-    "producer.legacy_without_max_version", "producer.versioned_capsule", "producer.newer_major_requested",
-    "producer.strides_not_null", "producer.zero_dim", "producer.size_zero", "producer.read_only_flag",
-    "producer.read_only_legacy_refused", "producer.copy_true_copies", "producer.copy_true_flag",
-    "producer.copy_false_no_copy", "producer.dl_device_own", "producer.dl_device_unsupported", "producer.stream_cpu",
-    "producer.buffererror_for_unexportable", "producer.dlpack_device_type", "producer.scalar",
-    "producer.dtype_bool", "producer.dtype_complex", "producer.dtype_bfloat16", "producer.dtype_float8",
-    "producer.dtype_float4", "producer.deleter_once", "producer.view_values", "producer.exchange_api",
-    "producer.exchange_api_matches_dlpack",
-    "consumer.zero_copy_import", "consumer.max_version_passed", "consumer.legacy_fallback",
-    "consumer.capsule_renamed", "consumer.consumed_twice", "consumer.byte_offset", "consumer.negative_strides",
-    "consumer.null_strides_v1_1", "consumer.null_strides_legacy", "consumer.legacy_answer",
-    "consumer.null_strides_v1_3", "consumer.minor_version_newer", "consumer.read_only", "consumer.null_deleter",
-    "consumer.size_zero_null_data", "consumer.dtype_signed", "consumer.dtype_unsigned",
-    "consumer.dtype_narrow_float", "consumer.copy_true", "consumer.copy_false", "consumer.copy_false_is_copied",
-    "consumer.device_cpu", "consumer.producer_buffererror", "consumer.producer_returns_non_capsule",
-    "consumer.bad_name", "consumer.used_name", "consumer.major_version_2", "consumer.ndim_negative",
-    "consumer.shape_negative", "consumer.shape_null", "consumer.data_null", "consumer.extent_overflow",
-    "consumer.dtype_unknown_code", "consumer.dtype_bad_bits", "consumer.dtype_lanes", "consumer.device_opencl",
-    "consumer.device_cuda_unreachable",
-    "cuda.stream_handle_waits", "cuda.stream_object_waits", "cuda.stream_legacy_waits", "cuda.stream_no_sync",
-    "cuda.stream_per_thread_waits", "cuda.stream_invalid_refused", "cuda.stream_none_waits",
-    "cuda.copy_true_copies", "cuda.copy_true_flag", "cuda.dl_device_cpu_readable", "cuda.dl_device_cpu_on_stream",
-    "cuda.dl_device_cpu_flag", "cuda.managed_device", "cuda.pinned_device", "cuda.device_reported",
-)
-
-
 def _place(entry: Entry, declared: int) -> tuple:
-    listed = entry.rule.id in REPORT_ORDER
-    return (SIDES.index(entry.side), not listed,
-            (REPORT_ORDER.index(entry.rule.id),) if listed else (entry.chapter, declared))
+    known = entry.chapter in chapters.ORDER
+    chapter = chapters.ORDER.index(entry.chapter) if known else len(chapters.ORDER)
+    return (SIDES.index(entry.side), chapter, entry.chapter, declared)
 
 
 #: Every rule, producer rules first, then consumer and CUDA rules.
