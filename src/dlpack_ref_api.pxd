@@ -49,6 +49,7 @@ cdef extern from "dlpack_ref_tables.h" nogil:
     bint dlpack_ref_device_host_accessible(int32_t device_type)
     bint dlpack_ref_device_cuda_family(int32_t device_type)
     bint dlpack_ref_device_rocm_family(int32_t device_type)
+    bint dlpack_ref_device_streamed(int32_t device_type)
     const char* dlpack_ref_device_type_name(int32_t device_type)
     const char* dlpack_ref_dtype_name(uint8_t code, uint8_t bits, uint16_t lanes)
     const char* DLPACK_REF_DEVICE_TYPES_ACCEPTED

@@ -136,6 +136,8 @@ def render(version: str | None = None) -> str:
     out += device_switch("dlpack_ref_device_host_accessible", devices.HOST_ACCESSIBLE)
     out += device_switch("dlpack_ref_device_cuda_family", devices.CUDA_FAMILY)
     out += device_switch("dlpack_ref_device_rocm_family", devices.ROCM_FAMILY)
+    out.append("/* Memory with streams to order: the CUDA and the ROCm family, in one test. */")
+    out += device_switch("dlpack_ref_device_streamed", devices.CUDA_FAMILY | devices.ROCM_FAMILY)
     out += ["#endif", ""]
     return "\n".join(out)
 

@@ -123,12 +123,6 @@ typedef struct dlpack_ref_stream {
                           ROCm 0 the default stream, > 2 a hipStream_t */
 } dlpack_ref_stream;
 
-/* Whether memory of `device_type` has streams to order: the CUDA and the
- * ROCm family (the producer's order callback is called for them alone). */
-static inline int dlpack_ref_priv_device_streamed(int32_t device_type) {
-    return dlpack_ref_device_cuda_family(device_type) || dlpack_ref_device_rocm_family(device_type);
-}
-
 /* What stream=None parses to for CUDA-family memory (and memory of no
  * stream rule). */
 static inline dlpack_ref_stream dlpack_ref_stream_none(void) {

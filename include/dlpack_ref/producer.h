@@ -86,7 +86,7 @@ typedef struct dlpack_ref_export_plan {
 static inline int dlpack_ref_producer_plan(const dlpack_ref_producer* p, PyObject* stream, PyObject* max_version,
                                            PyObject* dl_device, PyObject* copy, dlpack_ref_export_plan* plan) {
     dlpack_ref_stream s;
-    int versioned, cuda_family, rocm_family, ordered;
+    int versioned, cuda_family, ordered;
     DLDevice target;
     plan->tensor = &p->tensor;
     plan->owner = p->owner;
@@ -95,7 +95,7 @@ static inline int dlpack_ref_producer_plan(const dlpack_ref_producer* p, PyObjec
         /* The oldest consumers' call, and a hot one: with no stream work to
            order (memory of no stream rule, or no order callback) nothing is
            left to decide but the legacy capsule's limits. */
-        if (!(p->order != NULL && dlpack_ref_priv_device_streamed((int32_t)p->tensor.device.device_type))) {
+        if (!(dlpack_ref_device_streamed((int32_t)p->tensor.device.device_type) && p->order != NULL)) {
             plan->flags = dlpack_ref_priv_export_flags(p);
             plan->versioned = 0;
             return dlpack_ref_check_legacy_export(&p->tensor, plan->flags, p->owner);
@@ -105,11 +105,16 @@ static inline int dlpack_ref_producer_plan(const dlpack_ref_producer* p, PyObjec
     if (versioned < 0 || dlpack_ref_check_copy_arg(copy) < 0) return -1;
     plan->versioned = versioned;
     cuda_family = dlpack_ref_device_cuda_family((int32_t)p->tensor.device.device_type);
-    rocm_family = !cuda_family && dlpack_ref_device_rocm_family((int32_t)p->tensor.device.device_type);
-    ordered = cuda_family || rocm_family;
     /* None, the common case, parsed here, where the compiler inlines it. */
-    if (stream == Py_None) s = rocm_family ? dlpack_ref_stream_none_rocm() : dlpack_ref_stream_none();
+    if (stream == Py_None) s = dlpack_ref_stream_none();
     else if (dlpack_ref_stream_parse(stream, cuda_family, p->tensor.device, p->owner, &s) < 0) return -1;
+    /* ROCm memory is ordered as CUDA's is, on a HIP stream; its None names
+       the default stream, handle 0 (tested after the CPU's common case). */
+    ordered = cuda_family;
+    if (!cuda_family && dlpack_ref_device_rocm_family((int32_t)p->tensor.device.device_type)) {
+        ordered = 1;
+        if (stream == Py_None) s = dlpack_ref_stream_none_rocm();
+    }
     plan->flags = dlpack_ref_priv_export_flags(p);
     if (dl_device == Py_None && copy != Py_True) {
         if (ordered && p->order != NULL && s.sync && p->order(p->ctx, &p->tensor, &s) < 0) return -1;
