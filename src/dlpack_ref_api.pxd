@@ -48,6 +48,8 @@ cdef extern from "dlpack_ref_tables.h" nogil:
     bint dlpack_ref_device_supported(int32_t device_type)
     bint dlpack_ref_device_host_accessible(int32_t device_type)
     bint dlpack_ref_device_cuda_family(int32_t device_type)
+    bint dlpack_ref_device_rocm_family(int32_t device_type)
+    bint dlpack_ref_device_streamed(int32_t device_type)
     const char* dlpack_ref_device_type_name(int32_t device_type)
     const char* dlpack_ref_dtype_name(uint8_t code, uint8_t bits, uint16_t lanes)
     const char* DLPACK_REF_DEVICE_TYPES_ACCEPTED
@@ -224,11 +226,14 @@ cdef extern from "dlpack_ref.h":
     ctypedef struct dlpack_ref_stream:
         bint given                  # 0: stream=None
         bint sync                   # 0: stream=-1 (nothing to order)
-        uintptr_t handle            # 1 legacy default, 2 per-thread default, > 2 a CUstream
+        uintptr_t handle            # CUDA: 1 legacy default, 2 per-thread default, > 2 a CUstream;
+                                    # ROCm: 0 the default stream, > 2 a hipStream_t
     dlpack_ref_stream dlpack_ref_stream_none() noexcept nogil
+    dlpack_ref_stream dlpack_ref_stream_none_rocm() noexcept nogil
     int dlpack_ref_stream_parse(object stream, bint cuda_memory, DLDevice device, object owner,
                                 dlpack_ref_stream* out) except -1
     int dlpack_ref_stream_converter(object obj, void* out) except 0
+    int dlpack_ref_stream_converter_rocm(object obj, void* out) except 0
     int dlpack_ref_stream_value(object stream, bint cuda_memory, DLDevice device, object owner,
                                 int64_t* out) except -1
     int dlpack_ref_set_copy_forbidden_error(object cls) except -1

@@ -25,14 +25,15 @@ static PyObject* fields(const dlpack_ref_stream* s) {
     return Py_BuildValue("(iiK)", s->given, s->sync, (unsigned long long)s->handle);
 }
 
-/* parse(stream, cuda_memory): the struct dlpack_ref_stream_parse fills. */
+/* parse(stream, cuda_memory, device_type=kDLCUDA or kDLCPU): the struct
+ * dlpack_ref_stream_parse fills for memory of that device type. */
 static PyObject* parse(PyObject* self, PyObject* args) {
     PyObject* stream;
-    int cuda;
+    int cuda, type = -1;
     dlpack_ref_stream s;
     DLDevice dev = {kDLCUDA, 0};
-    if (!PyArg_ParseTuple(args, "Op", &stream, &cuda)) return NULL;
-    if (!cuda) dev.device_type = kDLCPU;
+    if (!PyArg_ParseTuple(args, "Op|i", &stream, &cuda, &type)) return NULL;
+    dev.device_type = (DLDeviceType)(type >= 0 ? type : cuda ? kDLCUDA : kDLCPU);
     if (dlpack_ref_stream_parse(stream, cuda, dev, self, &s) < 0) return NULL;
     return fields(&s);
 }
@@ -43,6 +44,16 @@ static PyObject* convert(PyObject* self, PyObject* args, PyObject* kwargs) {
     dlpack_ref_stream s = dlpack_ref_stream_none();
     (void)self;
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$O&", keywords, dlpack_ref_stream_converter, &s)) return NULL;
+    return fields(&s);
+}
+
+/* convert_rocm(*, stream=None): the ROCm converter, from ROCm's None. */
+static PyObject* convert_rocm(PyObject* self, PyObject* args, PyObject* kwargs) {
+    static char* keywords[] = {"stream", NULL};
+    dlpack_ref_stream s = dlpack_ref_stream_none_rocm();
+    (void)self;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$O&", keywords, dlpack_ref_stream_converter_rocm, &s))
+        return NULL;
     return fields(&s);
 }
 
@@ -73,18 +84,21 @@ static int copy_cb(void* ctx, const DLTensor* src, DLDevice target, const dlpack
     return 0;
 }
 
-/* export(stream, copy): __dlpack__(stream=stream, max_version=(1, 3), copy=copy)
- * of pinned host memory (CUDA family, so the order callback is called);
- * returns what the callbacks received (None: neither was called). */
+/* export(stream, max_version, copy, device_type=kDLCUDAHost):
+ * __dlpack__(stream=stream, max_version=max_version, copy=copy) of memory of
+ * that device type (pinned host memory by default: CUDA family, so the order
+ * callback is called); returns what the callbacks received (None: neither
+ * was called). */
 static PyObject* export_(PyObject* self, PyObject* args) {
     static float data[4];
     static int64_t shape[1] = {4};
     PyObject *stream, *copy, *max_version, *capsule, *out;
+    int type = kDLCUDAHost;
     dlpack_ref_producer p;
-    if (!PyArg_ParseTuple(args, "OOO", &stream, &max_version, &copy)) return NULL;
+    if (!PyArg_ParseTuple(args, "OOO|i", &stream, &max_version, &copy, &type)) return NULL;
     memset(&p, 0, sizeof p);
     p.tensor.data = data;
-    p.tensor.device.device_type = kDLCUDAHost;
+    p.tensor.device.device_type = (DLDeviceType)type;
     p.tensor.ndim = 1;
     p.tensor.dtype.code = kDLFloat;
     p.tensor.dtype.bits = 32;
@@ -106,6 +120,7 @@ static PyObject* export_(PyObject* self, PyObject* args) {
 static PyMethodDef methods[] = {
     {"parse", parse, METH_VARARGS, NULL},
     {"convert", (PyCFunction)(void (*)(void))convert, METH_VARARGS | METH_KEYWORDS, NULL},
+    {"convert_rocm", (PyCFunction)(void (*)(void))convert_rocm, METH_VARARGS | METH_KEYWORDS, NULL},
     {"export", export_, METH_VARARGS, NULL},
     {NULL, NULL, 0, NULL}};
 static struct PyModuleDef def = {PyModuleDef_HEAD_INIT, "stream_struct_probe", NULL, -1, methods,
@@ -148,6 +163,31 @@ REFUSED = [
     (_Proto((0, -1)), ValueError, "from 0 to 2**64 - 2"), (_Proto([0, 7]), ValueError, "expected (0, handle)"),
 ]
 
+KDL_ROCM, KDL_ROCM_HOST, KDL_OPENCL, KDL_TPU_HOST = 10, 11, 4, 20
+
+# ROCm's stream values (the array API standard's device-specific notes), for
+# ROCm-family memory: None and 0 the default stream (handle 0), -1 no sync.
+PARSED_ROCM = [
+    (None, (0, 1, 0)),
+    (0, (1, 1, 0)),
+    (3, (1, 1, 3)),
+    (2**40, (1, 1, 2**40)),
+    (2**63, (1, 1, 2**63)),
+    (2**64 - 2, (1, 1, 2**64 - 2)),
+    (-1, (1, 0, 0)),                     # no sync; a copy runs on the default stream
+]
+
+REFUSED_ROCM = [
+    (1, ValueError, "stream=1 is not supported for ROCm memory"),
+    (2, ValueError, "stream=2 is not supported for ROCm memory"),
+    (-2, ValueError, "expected None, -1, 0 or a hipStream_t handle > 2"),
+    (2**64 - 1, ValueError, "a hipStream_t handle is a 64-bit pointer below 2**64 - 1"),
+    (2**70, ValueError, "a hipStream_t handle is a 64-bit pointer below 2**64 - 1"),
+    (True, TypeError, "for ROCm memory, not bool"), (0.0, TypeError, "for ROCm memory, not float"),
+    ("0", TypeError, "for ROCm memory, not str"),
+    (_Proto((0, 7)), TypeError, "for ROCm memory, not _Proto"),    # a CUDA stream is no HIP stream
+]
+
 
 @pytest.fixture(scope="module")
 def probe(tmp_path_factory):
@@ -187,6 +227,47 @@ def test_cpu_memory_parses_none_only(probe):
         probe.parse(1, False)
     with pytest.raises(TypeError, match="stream must be None for CPU memory, not str"):
         probe.parse("1", False)
+
+
+
+@pytest.mark.parametrize("device_type", [KDL_OPENCL, KDL_TPU_HOST, 99])
+def test_memory_of_no_stream_rule_is_refused_naming_its_device_type(probe, device_type):
+    name = {KDL_OPENCL: "OPENCL memory", KDL_TPU_HOST: "TPU_PINNED memory", 99: "memory of device type 99"}
+    assert probe.parse(None, False, device_type) == (0, 1, 1)
+    with pytest.raises(ValueError) as info:
+        probe.parse(1, False, device_type)
+    assert str(info.value).endswith(f"; only stream=None is accepted for {name[device_type]}")
+    with pytest.raises(TypeError, match=f"^stream must be None for {name[device_type]}, not str$"):
+        probe.parse("1", False, device_type)
+
+
+@pytest.mark.parametrize("device_type", [KDL_ROCM, KDL_ROCM_HOST])
+@pytest.mark.parametrize("stream, parsed", PARSED_ROCM, ids=repr)
+def test_each_rocm_stream_value_parses_to_its_struct(probe, stream, parsed, device_type):
+    assert probe.parse(stream, False, device_type) == parsed
+    assert probe.convert_rocm(stream=stream) == parsed
+    assert probe.convert_rocm() == (0, 1, 0)
+
+
+@pytest.mark.parametrize("stream, error, word", REFUSED_ROCM, ids=repr)
+def test_a_refused_rocm_stream_raises_through_parse_converter_and_export(probe, stream, error, word):
+    for call in (lambda: probe.parse(stream, False, KDL_ROCM), lambda: probe.parse(stream, False, KDL_ROCM_HOST),
+                 lambda: probe.convert_rocm(stream=stream),
+                 lambda: probe.export(stream, (1, 3), None, KDL_ROCM)):
+        with pytest.raises(error) as info:
+            call()
+        assert word in str(info.value)
+
+
+@pytest.mark.parametrize("device_type", [KDL_ROCM, KDL_ROCM_HOST])
+@pytest.mark.parametrize("stream, parsed", PARSED_ROCM, ids=repr)
+def test_the_producer_callbacks_receive_the_parsed_rocm_struct(probe, stream, parsed, device_type):
+    """ROCm memory is ordered as CUDA memory is: the order callback gets
+    the HIP stream (not for -1), the copy callback gets it too."""
+    order = probe.export(stream, (1, 3), None, device_type)
+    assert order == (None if parsed[1] == 0 else ("order", parsed))
+    assert probe.export(stream, None, None, device_type) == order     # the legacy call as well
+    assert probe.export(stream, (1, 3), True, device_type) == ("copy", parsed)
 
 
 @pytest.mark.parametrize("stream, parsed", PARSED, ids=repr)

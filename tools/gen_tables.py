@@ -135,6 +135,9 @@ def render(version: str | None = None) -> str:
         f"{devices.C_ENUMERATORS[m]} ({int(m)})" for m in sorted(devices.SUPPORTED))))
     out += device_switch("dlpack_ref_device_host_accessible", devices.HOST_ACCESSIBLE)
     out += device_switch("dlpack_ref_device_cuda_family", devices.CUDA_FAMILY)
+    out += device_switch("dlpack_ref_device_rocm_family", devices.ROCM_FAMILY)
+    out.append("/* Memory with streams to order: the CUDA and the ROCm family, in one test. */")
+    out += device_switch("dlpack_ref_device_streamed", devices.CUDA_FAMILY | devices.ROCM_FAMILY)
     out += ["#endif", ""]
     return "\n".join(out)
 

@@ -89,10 +89,13 @@ bad:
 }
 
 /* A `stream` argument of the protocol, parsed once where it enters (by
- * dlpack_ref_stream_parse, or the "O&" converter dlpack_ref_stream_converter):
- * what the producer's copy and order callbacks and a CUDA layer receive, so
- * that none of them reads the Python object again. For CUDA-family memory:
+ * dlpack_ref_stream_parse, or the "O&" converters dlpack_ref_stream_converter
+ * and dlpack_ref_stream_converter_rocm): what the producer's copy and order
+ * callbacks and a CUDA or ROCm layer receive, so that none of them reads the
+ * Python object again. The stream values of the array API standard, by the
+ * memory's device family:
  *
+ *   CUDA family (kDLCUDA, kDLCUDAHost, kDLCUDAManaged)
  *   stream                      given  sync  handle
  *   None (the default)            0     1     1   legacy default; a host reader waits
  *   1                             1     1     1   CU_STREAM_LEGACY
@@ -102,82 +105,143 @@ bad:
  *   -1                            1     0     1   the producer must not synchronize
  *   0                             ValueError (ambiguous)
  *
- * Memory of no CUDA-family device (CPU, and ROCm, for which this header
- * writes no stream rule) accepts only None. The handle is always a stream a
- * copy can run on: with sync 0 a copy runs on the legacy default stream. */
+ *   ROCm family (kDLROCM, kDLROCMHost)
+ *   None (the default)            0     1     0   the default stream
+ *   0                             1     1     0   the default stream
+ *   h > 2 (below 2**64 - 1)       1     1     h   a hipStream_t
+ *   -1                            1     0     0   the producer must not synchronize
+ *   1, 2                          ValueError (not supported on ROCm)
+ *   an object (__cuda_stream__ too) TypeError
+ *
+ * Memory of any other device (CPU among them) accepts only None. The handle
+ * is always a stream a copy can run on: with sync 0 a copy runs on the
+ * default stream (CUDA's legacy one). */
 typedef struct dlpack_ref_stream {
     int given;         /* 0: stream=None, the argument's default */
     int sync;          /* 0: stream=-1, nothing is to be ordered */
-    uintptr_t handle;  /* the driver stream: 1 legacy default, 2 per-thread default, > 2 a CUstream */
+    uintptr_t handle;  /* the driver stream: CUDA 1 legacy default, 2 per-thread default, > 2 a CUstream;
+                          ROCm 0 the default stream, > 2 a hipStream_t */
 } dlpack_ref_stream;
 
-/* What stream=None parses to. */
+/* What stream=None parses to for CUDA-family memory (and memory of no
+ * stream rule). */
 static inline dlpack_ref_stream dlpack_ref_stream_none(void) {
     dlpack_ref_stream s = {0, 1, 1};
     return s;
 }
 
-/* A stream value for memory that has no CUDA stream (`device`): refused,
- * naming the array `owner` (ValueError for an int or a stream object,
- * TypeError for anything else). Returns -1. */
+/* What stream=None parses to for ROCm-family memory. */
+static inline dlpack_ref_stream dlpack_ref_stream_none_rocm(void) {
+    dlpack_ref_stream s = {0, 1, 0};
+    return s;
+}
+
+/* A stream value for memory that has no stream rule (`device`): refused,
+ * naming the array `owner` and the device (ValueError for an int or a
+ * stream object, TypeError for anything else). Returns -1. */
 static inline int dlpack_ref_priv_stream_off_cuda(PyObject* stream, DLDevice device, PyObject* owner) {
     PyObject *tn, *where;
+    char kind[48];
+    const char* name = dlpack_ref_device_type_name((int32_t)device.device_type);
     int has_proto = PyObject_HasAttrString(stream, "__cuda_stream__");
+    if (name != NULL) PyOS_snprintf(kind, sizeof kind, "%s memory", name);
+    else PyOS_snprintf(kind, sizeof kind, "memory of device type %d", (int)device.device_type);
     if (PyLong_Check(stream) || has_proto) {
         tn = dlpack_ref_priv_type_name(owner);
         where = tn == NULL ? NULL : dlpack_ref_device_str(device);
         if (where != NULL)
             PyErr_Format(PyExc_ValueError,
-                         "stream=%R was passed to %U.__dlpack__ for memory on %U; only stream=None is accepted for CPU memory",
-                         stream, tn, where);
+                         "stream=%R was passed to %U.__dlpack__ for memory on %U; only stream=None is accepted for %s",
+                         stream, tn, where, kind);
         Py_XDECREF(tn);
         Py_XDECREF(where);
         return -1;
     }
     tn = dlpack_ref_priv_type_name(stream);
     if (tn != NULL) {
-        PyErr_Format(PyExc_TypeError, "stream must be None for CPU memory, not %U", tn);
+        PyErr_Format(PyExc_TypeError, "stream must be None for %s, not %U", kind, tn);
         Py_DECREF(tn);
     }
     return -1;
 }
 
-/* An int stream (not bool) into *out: -1, 1, 2 or a 64-bit handle > 2. */
-static inline int dlpack_ref_priv_stream_int(PyObject* stream, dlpack_ref_stream* out) {
+/* An int stream (not bool) as its value `*v` (-1 .. 2**62, where *big is 0)
+ * or, when *big is 1, a handle's 64 bits above that: a handle is a pointer,
+ * kept as its 64 bits. ValueError for a value below -1 (`accepted` says what
+ * is) and for 2**64 - 1 and above (2**64 - 1 would read as -1, no sync; more
+ * does not fit), naming a `handle_kind` handle. */
+static inline int dlpack_ref_priv_stream_bits(PyObject* stream, const char* handle_kind, const char* accepted,
+                                              long long* v, int* big, unsigned long long* u) {
     int overflow = 0;
-    long long v = PyLong_AsLongLongAndOverflow(stream, &overflow);
-    if (v == -1 && PyErr_Occurred()) return -1;
-    if (overflow == 0 && v == 0) {
+    *big = 0;
+    *v = PyLong_AsLongLongAndOverflow(stream, &overflow);
+    if (*v == -1 && PyErr_Occurred()) return -1;
+    if (overflow < 0 || (overflow == 0 && *v < -1)) {
+        PyErr_Format(PyExc_ValueError, "stream=%R is not valid: expected %s", stream, accepted);
+        return -1;
+    }
+    if (overflow == 0) return 0;
+    *u = PyLong_AsUnsignedLongLong(stream);
+    if (*u == (unsigned long long)-1) {
+        if (PyErr_Occurred() && !PyErr_ExceptionMatches(PyExc_OverflowError)) return -1;
+        PyErr_Clear();
+        PyErr_Format(PyExc_ValueError, "stream=%R is not valid: a %s handle is a 64-bit pointer below 2**64 - 1",
+                     stream, handle_kind);
+        return -1;
+    }
+    *big = 1;
+    return 0;
+}
+
+/* A CUDA int stream (not bool) into *out: -1, 1, 2 or a 64-bit handle > 2. */
+static inline int dlpack_ref_priv_stream_int(PyObject* stream, dlpack_ref_stream* out) {
+    long long v;
+    unsigned long long u;
+    int big;
+    if (dlpack_ref_priv_stream_bits(stream, "CUstream", "None, -1, 1, 2 or a CUstream handle > 2", &v, &big, &u) < 0)
+        return -1;
+    if (!big && v == 0) {
         PyErr_SetString(PyExc_ValueError,
                         "stream=0 is ambiguous and not allowed (use 1 for the legacy default stream, 2 for the "
                         "per-thread default stream, or a CUstream handle > 2)");
         return -1;
     }
-    if (overflow < 0 || (overflow == 0 && v < -1)) {
-        PyErr_Format(PyExc_ValueError, "stream=%R is not valid: expected None, -1, 1, 2 or a CUstream handle > 2",
-                     stream);
+    out->given = 1;
+    if (big) out->handle = (uintptr_t)u;
+    else if (v == -1) out->sync = 0;
+    else out->handle = (uintptr_t)v;
+    return 0;
+}
+
+/* A ROCm stream (anything but None) into *out: -1, 0 or a 64-bit hipStream_t
+ * handle > 2; 1 and 2, CUDA's default streams, have no meaning on ROCm. */
+static inline int dlpack_ref_priv_stream_rocm(PyObject* stream, dlpack_ref_stream* out) {
+    long long v;
+    unsigned long long u;
+    int big;
+    PyObject* tn;
+    if (!PyLong_Check(stream) || PyBool_Check(stream)) {
+        tn = dlpack_ref_priv_type_name(stream);
+        if (tn != NULL) {
+            PyErr_Format(PyExc_TypeError, "stream must be None or an int (-1, 0 or a hipStream_t handle > 2) for "
+                         "ROCm memory, not %U", tn);
+            Py_DECREF(tn);
+        }
+        return -1;
+    }
+    if (dlpack_ref_priv_stream_bits(stream, "hipStream_t", "None, -1, 0 or a hipStream_t handle > 2", &v, &big,
+                                    &u) < 0)
+        return -1;
+    if (!big && (v == 1 || v == 2)) {
+        PyErr_Format(PyExc_ValueError,
+                     "stream=%R is not supported for ROCm memory (1 and 2 name CUDA's default streams; use 0 for "
+                     "the default stream, -1 for no synchronization, or a hipStream_t handle > 2)", stream);
         return -1;
     }
     out->given = 1;
-    if (overflow == 0 && v == -1) {
-        out->sync = 0;
-        return 0;
-    }
-    if (overflow > 0) {
-        /* A handle is a pointer, kept as its 64 bits; 2**64 - 1 would read
-           as -1 (no sync), and more does not fit: both refused. */
-        unsigned long long u = PyLong_AsUnsignedLongLong(stream);
-        if (u == (unsigned long long)-1) {
-            if (PyErr_Occurred() && !PyErr_ExceptionMatches(PyExc_OverflowError)) return -1;
-            PyErr_Clear();
-            PyErr_Format(PyExc_ValueError,
-                         "stream=%R is not valid: a CUstream handle is a 64-bit pointer below 2**64 - 1", stream);
-            return -1;
-        }
-        out->handle = (uintptr_t)u;
-        return 0;
-    }
-    out->handle = (uintptr_t)v;
+    if (big) out->handle = (uintptr_t)u;
+    else if (v == -1) out->sync = 0;
+    else out->handle = (uintptr_t)v;
     return 0;
 }
 
@@ -234,16 +298,23 @@ static inline int dlpack_ref_priv_stream_object(PyObject* stream, dlpack_ref_str
     return -1;
 }
 
-/* The stream rule: a DLPack `stream` argument for memory on `device` (of
- * the CUDA family when `cuda_memory`) parsed into *out (the table above):
- * TypeError for a wrong type, ValueError for a bad value. `owner` names the
- * array in messages. The one place the rule is written: the producer call,
- * the core's to_device and dlpack_ref.cuda.stream parse with it, and hand
- * on the struct. 0, or -1 with the error set (*out is then None's). */
+/* The stream rule: a DLPack `stream` argument for memory on `device`
+ * parsed into *out (the table above): CUDA's values when `cuda_memory`,
+ * else ROCm's for a ROCm-family `device`, else None alone. TypeError for a
+ * wrong type, ValueError for a bad value. `owner` names the array in
+ * messages. The one place the rule is written: the producer call, the
+ * core's to_device and dlpack_ref.cuda.stream parse with it, and hand on the
+ * struct. 0, or -1 with the error set (*out is then None's). */
 static inline int dlpack_ref_stream_parse(PyObject* stream, int cuda_memory, DLDevice device, PyObject* owner,
                                           dlpack_ref_stream* out) {
-    *out = dlpack_ref_stream_none();
+    int rocm = !cuda_memory && dlpack_ref_device_rocm_family((int32_t)device.device_type);
+    *out = rocm ? dlpack_ref_stream_none_rocm() : dlpack_ref_stream_none();
     if (stream == Py_None) return 0;
+    if (rocm) {
+        if (dlpack_ref_priv_stream_rocm(stream, out) == 0) return 0;
+        *out = dlpack_ref_stream_none_rocm();
+        return -1;
+    }
     if (!cuda_memory) return dlpack_ref_priv_stream_off_cuda(stream, device, owner);
     if (PyBool_Check(stream)) {
         PyErr_SetString(PyExc_TypeError, "stream must be None, an int or an object with __cuda_stream__, not bool");
@@ -264,6 +335,13 @@ static inline int dlpack_ref_stream_parse(PyObject* stream, int cuda_memory, DLD
 static inline int dlpack_ref_stream_converter(PyObject* obj, void* out) {
     DLDevice cuda = {kDLCUDA, 0};
     return dlpack_ref_stream_parse(obj, 1, cuda, Py_None, (dlpack_ref_stream*)out) == 0;
+}
+
+/* The same for a stream of ROCm-family memory (start *out at
+ * dlpack_ref_stream_none_rocm() for an optional argument). */
+static inline int dlpack_ref_stream_converter_rocm(PyObject* obj, void* out) {
+    DLDevice rocm = {kDLROCM, 0};
+    return dlpack_ref_stream_parse(obj, 0, rocm, Py_None, (dlpack_ref_stream*)out) == 0;
 }
 
 /* The parsed stream as one int64, as releases before the struct gave it:

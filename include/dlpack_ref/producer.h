@@ -15,9 +15,10 @@ typedef struct dlpack_ref_producer {
        BufferError. NULL: the array cannot be copied. */
     int (*copy)(void* ctx, const DLTensor* src, DLDevice target, const dlpack_ref_stream* stream, DLTensor* out,
                 PyObject** out_owner);
-    /* Make the consumer's stream (as parsed) wait for pending work on the
-       memory. Called for CUDA-family memory exported in place, unless
-       stream is -1 (stream->sync 0). NULL: no work is ever pending. */
+    /* Make the consumer's stream (as parsed: a CUDA stream for CUDA-family
+       memory, a HIP stream for ROCm-family memory) wait for pending work on
+       the memory. Called for memory of either family exported in place,
+       unless stream is -1 (stream->sync 0). NULL: no work is ever pending. */
     int (*order)(void* ctx, const DLTensor* t, const dlpack_ref_stream* stream);
 } dlpack_ref_producer;
 
@@ -85,16 +86,16 @@ typedef struct dlpack_ref_export_plan {
 static inline int dlpack_ref_producer_plan(const dlpack_ref_producer* p, PyObject* stream, PyObject* max_version,
                                            PyObject* dl_device, PyObject* copy, dlpack_ref_export_plan* plan) {
     dlpack_ref_stream s;
-    int versioned, cuda_family;
+    int versioned, cuda_family, ordered;
     DLDevice target;
     plan->tensor = &p->tensor;
     plan->owner = p->owner;
     plan->copy_owner = NULL;
     if (max_version == Py_None && stream == Py_None && dl_device == Py_None && copy == Py_None) {
         /* The oldest consumers' call, and a hot one: with no stream work to
-           order (not CUDA-family memory, or no order callback) nothing is left
-           to decide but the legacy capsule's limits. */
-        if (!(dlpack_ref_device_cuda_family((int32_t)p->tensor.device.device_type) && p->order != NULL)) {
+           order (memory of no stream rule, or no order callback) nothing is
+           left to decide but the legacy capsule's limits. */
+        if (!(dlpack_ref_device_streamed((int32_t)p->tensor.device.device_type) && p->order != NULL)) {
             plan->flags = dlpack_ref_priv_export_flags(p);
             plan->versioned = 0;
             return dlpack_ref_check_legacy_export(&p->tensor, plan->flags, p->owner);
@@ -107,9 +108,16 @@ static inline int dlpack_ref_producer_plan(const dlpack_ref_producer* p, PyObjec
     /* None, the common case, parsed here, where the compiler inlines it. */
     if (stream == Py_None) s = dlpack_ref_stream_none();
     else if (dlpack_ref_stream_parse(stream, cuda_family, p->tensor.device, p->owner, &s) < 0) return -1;
+    /* ROCm memory is ordered as CUDA's is, on a HIP stream; its None names
+       the default stream, handle 0 (tested after the CPU's common case). */
+    ordered = cuda_family;
+    if (!cuda_family && dlpack_ref_device_rocm_family((int32_t)p->tensor.device.device_type)) {
+        ordered = 1;
+        if (stream == Py_None) s = dlpack_ref_stream_none_rocm();
+    }
     plan->flags = dlpack_ref_priv_export_flags(p);
     if (dl_device == Py_None && copy != Py_True) {
-        if (cuda_family && p->order != NULL && s.sync && p->order(p->ctx, &p->tensor, &s) < 0) return -1;
+        if (ordered && p->order != NULL && s.sync && p->order(p->ctx, &p->tensor, &s) < 0) return -1;
     } else {
         if (dl_device == Py_None) target = p->tensor.device;
         else if (dlpack_ref_parse_dl_device(dl_device, &target) < 0) return -1;
@@ -132,7 +140,7 @@ static inline int dlpack_ref_producer_plan(const dlpack_ref_producer* p, PyObjec
             plan->flags = DLPACK_FLAG_BITMASK_IS_COPIED
                           | ((int64_t)plan->copied.dtype.bits * plan->copied.dtype.lanes < 8
                              ? (p->flags & DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED) : 0);
-        } else if (cuda_family && p->order != NULL && s.sync && p->order(p->ctx, &p->tensor, &s) < 0) {
+        } else if (ordered && p->order != NULL && s.sync && p->order(p->ctx, &p->tensor, &s) < 0) {
             return -1;
         }
     }

@@ -4,7 +4,8 @@ the exports that consult it."""
 
 from __future__ import annotations
 
-__all__ = ["DeviceType", "Device", "as_device", "C_ENUMERATORS", "SUPPORTED", "HOST_ACCESSIBLE", "CUDA_FAMILY", "CUDA_DEVICE_BOUND"]
+__all__ = ["DeviceType", "Device", "as_device", "C_ENUMERATORS", "SUPPORTED", "HOST_ACCESSIBLE", "CUDA_FAMILY", "CUDA_DEVICE_BOUND",
+           "ROCM_FAMILY"]
 
 import enum
 import sys
@@ -76,6 +77,10 @@ HOST_ACCESSIBLE = frozenset({DeviceType.CPU, DeviceType.CPU_PINNED, DeviceType.C
 CUDA_FAMILY = frozenset({DeviceType.CUDA, DeviceType.CPU_PINNED, DeviceType.CUDA_MANAGED})
 #: CUDA memory whose device id names a GPU (pinned host memory has none).
 CUDA_DEVICE_BOUND = frozenset({DeviceType.CUDA, DeviceType.CUDA_MANAGED})
+#: Memory whose `stream` values are ROCm's (HIP streams), as pinned memory's
+#: are CUDA's in the CUDA family. dlpack-ref holds none of it; the vendorable
+#: header parses its streams for the libraries that do.
+ROCM_FAMILY = frozenset({DeviceType.ROCM, DeviceType.ROCM_PINNED})
 
 _BY_NAME = {m.name.lower(): m for m in DeviceType}
 _BY_NAME.update({"gpu": DeviceType.CUDA, "pinned": DeviceType.CPU_PINNED, "managed": DeviceType.CUDA_MANAGED})
