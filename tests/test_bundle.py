@@ -119,3 +119,89 @@ def test_a_class_whose_methods_all_go_keeps_a_body():
     source = prune(PRUNABLE, "print(Lonely)\n")
     assert "class Lonely:\n    pass" in source
     compile(source, "pruned.py", "exec")
+
+
+FAMILIES = '''from __future__ import annotations
+import os
+
+
+# Why the helper exists.
+def helper(x):
+    return x + 1
+
+
+class Made:
+    def __init__(self, v):
+        self.v = v
+
+    def run(self):
+        # the reason for the call
+        return self.step()
+
+    def step(self):
+        return helper(self.v)
+
+    def other(self):
+        return os.getcwd()
+
+
+class Stranger:
+    def step(self):
+        return os.getpid()
+
+    def run(self):
+        return 2
+
+
+class Unused:
+    def __init__(self):
+        self.n = 0
+
+    def run(self):
+        return os.sep
+
+
+def adapter():
+    return Made(1), Unused()
+
+
+# --- what the checker ran, as it ran: the rule's check and the library's adapter ---
+
+# kept: the code the checker ran keeps its comments
+def check(m):
+    return m.run()
+'''
+
+
+def test_an_attribute_read_on_self_reaches_only_its_classs_methods():
+    from dlpack_ref.harness.bundle import prune
+    roots = "made, unused = adapter()\nprint(check(made), Stranger)\n"
+    source = prune(FAMILIES, roots)
+    made, stranger = source.split("class Stranger")
+    assert "def step(self):" in made and "def other" not in made
+    # m.run() names run on anything; self.step() only Made's step
+    assert "def run(self):" in stranger and "def step" not in stranger
+    run = subprocess.run([sys.executable, "-c", source + roots], capture_output=True, text=True, timeout=60)
+    assert run.stdout.startswith("2 "), run.stderr
+
+
+def test_an_idle_class_keeps_no_method_but_its_dunders():
+    from dlpack_ref.harness.bundle import prune
+    roots = "made, unused = adapter()\nprint(check(made))\n"
+    kept = prune(FAMILIES, roots)
+    assert "class Unused:\n    def __init__(self):\n        self.n = 0\n\n    def run(self):" in kept
+    source = prune(FAMILIES, roots, idle=["Unused"], adapters=["adapter"])
+    assert "class Unused:\n    def __init__(self):\n        self.n = 0\n\ndef adapter" in source
+    # a class some other code names is not idle, whatever the caller says
+    assert "def run(self):\n        return os.sep" in prune(FAMILIES, roots, idle=["Unused"], adapters=[])
+    run = subprocess.run([sys.executable, "-c", source + roots], capture_output=True, text=True, timeout=60)
+    assert run.stdout == "2\n", run.stderr
+
+
+def test_pulled_in_definitions_lose_their_comments_the_checked_code_keeps_them():
+    from dlpack_ref.harness.bundle import prune
+    source = prune(FAMILIES, "made, unused = adapter()\nprint(check(made))\n")
+    assert "# Why the helper exists." not in source and "# the reason for the call" not in source
+    assert "def helper(x):" in source and "        return self.step()" in source
+    assert "# kept: the code the checker ran keeps its comments\ndef check(m):" in source
+    assert "# --- what the checker ran" in source

@@ -29,6 +29,13 @@ __all__ = ["reproduction", "reproducible", "library_call"]
 _FACTORY_HOOK = "_DELETER_ADDRESS, _CAPSULE_DESTRUCTOR_ADDRESS = _trampolines(_dispatch)"
 
 
+#: By the side of a rule, the subject classes whose objects its check is
+#: not given: the adapter makes them, the reproduction never uses them, so
+#: their methods are not carried.
+_IDLE = {"producer": ("Consumer", "CudaProducer"), "consumer": ("Producer", "CudaProducer"),
+         "cuda": ("Producer", "Consumer")}
+
+
 def library_call(spec: str, adapter: str) -> tuple[list, str]:
     """(the functions that build the library's subject, the source of the
     statements that bind ``producer``, ``consumer`` and ``cuda_producer``
@@ -81,7 +88,8 @@ def reproduction(spec: str, result: Result, adapter: str = "known") -> str | Non
             "# It prints 'expected:' and 'observed:' and exits 1 where the rule is broken, crashes where the",
             "# library crashed the checker, prints 'ok:' and exits 0 where the rule holds."]
     call = f"show(RULE, outcome({entry.check.__name__}, {side}))\n"
-    source = prune(bundle(entry.check, outcome, show, *builders, last=[entry.check, *builders]), binding + call)
+    source = prune(bundle(entry.check, outcome, show, *builders, last=[entry.check, *builders]), binding + call,
+                   idle=_IDLE[entry.side], adapters=[b.__name__ for b in builders])
     retake = ("# the library's import may have taken the capsule factory's deleter hook: take it back\n"
               f"{_FACTORY_HOOK}\n") if f"\n{_FACTORY_HOOK}\n" in source else ""
     return "\n".join(head) + "\n" + source + f"\nRULE = {result.rule.text!r}\n{binding}{retake}{call}"
