@@ -89,7 +89,7 @@ def reproduction(spec: str, result: Result, adapter: str = "known") -> str | Non
             "# library crashed the checker, prints 'ok:' and exits 0 where the rule holds."]
     call = f"show(RULE, outcome({entry.check.__name__}, {side}))\n"
     source = prune(bundle(entry.check, outcome, show, *builders, last=[entry.check, *builders]), binding + call,
-                   idle=_IDLE[entry.side], adapters=[b.__name__ for b in builders])
+                   idle=_IDLE[entry.side], adapters=[b.__name__ for b in builders], made_here=adapter == "known")
     retake = ("# the library's import may have taken the capsule factory's deleter hook: take it back\n"
               f"{_FACTORY_HOOK}\n") if f"\n{_FACTORY_HOOK}\n" in source else ""
     return "\n".join(head) + "\n" + source + f"\nRULE = {result.rule.text!r}\n{binding}{retake}{call}"

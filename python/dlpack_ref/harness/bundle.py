@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import copy
 import functools
 import importlib
 import io
@@ -358,7 +359,8 @@ def definition_source(definition) -> str:
     return "\n\n\n".join(m.source(s) for s in m.statements[definition.__name__])
 
 
-def prune(source: str, roots: str, idle: Iterable[str] = (), adapters: Iterable[str] = ()) -> str:
+def prune(source: str, roots: str, idle: Iterable[str] = (), adapters: Iterable[str] = (),
+          made_here: bool = False) -> str:
     """``source`` (a bundle) cut to what ``roots``, the code run after it,
     reaches: the definitions its names lead to, transitively, and of each
     class kept, its dunder methods and the methods (and properties) whose
@@ -370,6 +372,16 @@ def prune(source: str, roots: str, idle: Iterable[str] = (), adapters: Iterable[
     ``adapters`` and left unused) keeps only its dunder methods and what
     its own methods call on ``self``, when no other code names it.
 
+    With ``made_here`` (every object of the bundle's classes is made by
+    the bundle's own code, as a known library's adapter makes its
+    subjects), a field that every construction of a dataclass gives (a
+    function or a literal, never None), or that none gives and whose
+    default is None (or another false literal), settles the method
+    statements that test it: ``if self.field is None:`` (``is not None:``,
+    ``if self.field:``) without ``else``. Such a statement, the fallback of
+    an option the adapter does or does not give, is cut with what only it
+    reaches. A field that any code assigns is not settled.
+
     Every kept statement stays as written, with the comments above it; the
     definitions the bundle pulled in (those before its heading of what the
     checker ran) lose their comment lines, which explain them in
@@ -380,7 +392,7 @@ def prune(source: str, roots: str, idle: Iterable[str] = (), adapters: Iterable[
     literal is not seen: no bundled code does that.
     """
     tree = ast.parse(source)
-    reach = _Reach(tree.body, source.splitlines(), set(idle), set(adapters))
+    reach = _Reach(tree.body, source.splitlines(), set(idle), set(adapters), made_here)
     root = ast.parse(roots)
     reach.add(_used_in(root), _attributes(root))
     return _pruned_text(source, tree.body, reach)
@@ -443,7 +455,8 @@ class _Reach:
     """The statements (by position) and methods (by class position and
     name) that the names and attributes added so far lead to."""
 
-    def __init__(self, body: list[ast.stmt], lines: list[str], idle: set[str], adapters: set[str]):
+    def __init__(self, body: list[ast.stmt], lines: list[str], idle: set[str], adapters: set[str],
+                 made_here: bool = False):
         self.body, self.lines = body, lines
         self.by_name: dict[str, list[int]] = {}
         for i, node in enumerate(body):
@@ -460,6 +473,8 @@ class _Reach:
         self.names: set[str] = set()
         self.attributes: set[str] = set()
         self.on_self: dict[int, set[str]] = {i: set() for i in self.family}   # class -> attributes read on self
+        self.settled = {i: _settled_fields(body, body[i]) for i in self.family} if made_here else {}
+        self.cut: set[int] = set()   # the lines of the statements that settled fields cut
 
     def add(self, names: set[str], attributes: set[str], on_self: tuple[int, set[str]] | None = None) -> None:
         pending = [(names, attributes, on_self)]
@@ -503,7 +518,8 @@ class _Reach:
         return [(names, attributes, None), *self._methods(i, wanted)]
 
     def _facts(self, node: ast.stmt, method: bool = False) -> tuple[set[str], set[str], set[str]]:
-        text = "\n".join(self.lines[_first_line(node) - 1:node.end_lineno])
+        text = "\n".join(self.lines[b.lineno - 1] for b in getattr(node, "body", ())) + "\n" + \
+            "\n".join(self.lines[_first_line(node) - 1:node.end_lineno])
         if (text, method) not in _FACTS:
             own = _on_self(node) if method else []
             _FACTS[text, method] = (_used_in(node), _attributes(node, frozenset(map(id, own))),
@@ -516,6 +532,11 @@ class _Reach:
         for s in self.body[i].body:
             if _is_method(s) and s.name in wanted and s.name not in self.methods[i]:
                 self.methods[i].add(s.name)
+                dead = _settled_out(s, self.settled.get(i, {}))
+                if dead:
+                    s = copy.copy(s)
+                    s.body = [b for b in s.body if b not in dead]
+                    self.cut |= {n for b in dead for n in range(b.lineno, b.end_lineno + 1)}
                 names, attributes, own = self._facts(s, method=True)
                 found.append((names, attributes, (i, own)))
         return found
@@ -542,6 +563,77 @@ def _named_only_by(body: list[ast.stmt], name: str, allowed: set[str]) -> bool:
     return all(_defined_by(node) <= allowed and _defined_by(node) for node in body
                if any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load)
                       for n in ast.walk(node)))
+
+
+def _settled_fields(body: list[ast.stmt], cls: ast.ClassDef) -> dict[str, str]:
+    """The fields of dataclass ``cls`` that every construction in ``body``
+    settles: ``given``, as a function or a literal other than None;
+    ``none``, never given, with the default None; ``false``, never given,
+    with another false literal as default. Only where ``cls`` is named
+    nowhere but in calls that make it, and no code assigns the field."""
+    fields = {s.target.id: s.value for s in cls.body if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)}
+    if not fields or not any("dataclass" in ast.unparse(d) for d in cls.decorator_list):
+        return {}
+    calls = [n for node in body for n in ast.walk(node)
+             if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == cls.name]
+    named = [n for node in body for n in ast.walk(node) if isinstance(n, ast.Name) and n.id == cls.name]
+    if not calls or len(named) != len(calls) or any(
+            isinstance(a, ast.Starred) for c in calls for a in c.args) or any(k.arg is None for c in calls
+                                                                              for k in c.keywords):
+        return {}
+    stored = {n.attr for node in body for n in ast.walk(node)
+              if isinstance(n, ast.Attribute) and not isinstance(n.ctx, ast.Load)}
+    if any(isinstance(n, ast.Call) and getattr(n.func, "id", getattr(n.func, "attr", None)) in ("setattr", "replace")
+           for node in body for n in ast.walk(node)):
+        return {}
+    functions = {n.name for node in body for n in ast.walk(node)
+                 if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+    rebound = {n.id for node in body for n in ast.walk(node) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
+    order = list(fields)
+
+    def given(call: ast.Call, field: str):
+        if order.index(field) < len(call.args):
+            return call.args[order.index(field)]
+        return next((k.value for k in call.keywords if k.arg == field), None)
+
+    def never_none(value: ast.expr) -> bool:
+        return (isinstance(value, ast.Lambda) or (isinstance(value, ast.Constant) and value.value is not None)
+                or (isinstance(value, ast.Name) and value.id in functions and value.id not in rebound))
+
+    settled = {}
+    for field, default in fields.items():
+        values = [given(c, field) for c in calls]
+        if field in stored:
+            continue
+        if all(v is not None and never_none(v) for v in values):
+            settled[field] = "given"
+        elif all(v is None for v in values) and isinstance(default, ast.Constant) and not default.value:
+            settled[field] = "none" if default.value is None else "false"
+    return settled
+
+
+def _settled_out(method: ast.stmt, settled: dict[str, str]) -> list[ast.stmt]:
+    """The statements of ``method``'s body that ``settled`` fields rule
+    out: ``if self.f is None:`` for a field always given, ``if self.f is
+    not None:`` and ``if self.f:`` for one never given, without ``else``;
+    the last statement stays."""
+    args = method.args.posonlyargs + method.args.args if _is_method(method) else []
+    if not settled or not args:
+        return []
+    own = args[0].arg
+
+    def on_self(node) -> str | None:
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == own:
+            return settled.get(node.attr)
+        return None
+
+    def dead(test: ast.expr) -> bool:
+        if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.comparators[0], ast.Constant) \
+                and test.comparators[0].value is None:
+            return on_self(test.left) == ("given" if isinstance(test.ops[0], ast.Is) else "none")
+        return on_self(test) in ("none", "false")
+
+    return [s for s in method.body[:-1] if isinstance(s, ast.If) and not s.orelse and dead(s.test)]
 
 
 def _comment_lines(code: list[str], first: int) -> set[int]:
@@ -571,7 +663,8 @@ def _pruned_text(source: str, body: list[ast.stmt], reach: _Reach) -> str:
             gap = gap[gap.index(_LAST_HEADING):]
         if i not in reach.kept and not (isinstance(node, ast.ImportFrom) and node.module == "__future__"):
             continue
-        code = _class_lines(lines, node, reach.methods[i]) if isinstance(node, ast.ClassDef) else lines[start - 1:end]
+        code = _class_lines(lines, node, reach.methods[i], reach.cut) if isinstance(node, ast.ClassDef) \
+            else lines[start - 1:end]
         comments = _tidy(gap)
         if pulled_in:
             comments = []
@@ -601,10 +694,11 @@ def _tidy(gap: list[str]) -> list[str]:
     return kept
 
 
-def _class_lines(lines: list[str], node: ast.ClassDef, methods: set[str]) -> list[str]:
+def _class_lines(lines: list[str], node: ast.ClassDef, methods: set[str], cut: set[int] = frozenset()) -> list[str]:
     """A class's lines without the methods not in ``methods`` (each with the
-    comments above it), one blank line where the class had any between two
-    statements; ``pass`` in a class left with none."""
+    comments above it) and the lines in ``cut`` (numbered from 1), one
+    blank line where the class had any between two statements; ``pass`` in
+    a class left with none."""
     end = max([node.lineno] + [b.end_lineno for b in [*node.bases, *node.keywords]])
     out = lines[_first_line(node) - 1:end]
     body = len(out)
@@ -614,7 +708,7 @@ def _class_lines(lines: list[str], node: ast.ClassDef, methods: set[str]) -> lis
             continue
         if len(out) > body and any(not line.strip() for line in gap):
             out.append("")
-        out += _tidy(gap) + lines[_first_line(s) - 1:s.end_lineno]
+        out += _tidy(gap) + [lines[n - 1] for n in range(_first_line(s), s.end_lineno + 1) if n not in cut]
     if len(out) == body:
         line = lines[node.body[0].lineno - 1]
         out.append(line[:len(line) - len(line.lstrip())] + "pass")
