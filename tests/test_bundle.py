@@ -205,3 +205,73 @@ def test_pulled_in_definitions_lose_their_comments_the_checked_code_keeps_them()
     assert "def helper(x):" in source and "        return self.step()" in source
     assert "# kept: the code the checker ran keeps its comments\ndef check(m):" in source
     assert "# --- what the checker ran" in source
+
+
+SETTLED = '''from __future__ import annotations
+import dataclasses
+
+
+def fallback_values(r):
+    return ["read", r]
+
+
+def fallback_pointer(r):
+    return 0
+
+
+def own(r):
+    return r
+
+
+@dataclasses.dataclass
+class Side:
+    name: str
+    tolist: object = None
+    data_ptr: object = None
+    request: object = None
+    shapeless: bool = False
+
+    def values(self, r):
+        if self.tolist is None:
+            return fallback_values(r)
+        return self.tolist(r)
+
+    def pointer(self, r):
+        if self.data_ptr is None:
+            return fallback_pointer(r)
+        return self.data_ptr(r)
+
+    def take(self, r):
+        if self.request is not None:
+            r = ("asked", r)
+        if self.shapeless:
+            return b"bytes"
+        return r
+
+
+def adapter():
+    return Side("lib", tolist=own, data_ptr=lambda r: 1)
+
+
+def check(s):
+    return s.values(2), s.pointer(3), s.take(4)
+'''
+
+
+def test_a_field_every_construction_settles_cuts_the_fallback_it_rules_out():
+    from dlpack_ref.harness.bundle import prune
+    roots = "print(check(adapter()))\n"
+    source = prune(SETTLED, roots, made_here=True)
+    for gone in ("fallback_values", "fallback_pointer", "self.tolist is None", "self.request", "b\"bytes\""):
+        assert gone not in source
+    assert "    def values(self, r):\n        return self.tolist(r)\n" in source
+    run = subprocess.run([sys.executable, "-c", source + roots], capture_output=True, text=True, timeout=60)
+    assert run.stdout == "(2, 1, 4)\n", run.stderr
+    # without made_here (objects made elsewhere may leave any option out) every fallback stays
+    assert "def fallback_values" in prune(SETTLED, roots)
+    # a field some code assigns, or a construction that leaves it out, settles nothing
+    assigned = prune(SETTLED.replace("    return s.values(2)", "    s.tolist = None\n    return s.values(2)"),
+                     roots, made_here=True)
+    assert "def fallback_values" in assigned and "def fallback_pointer" not in assigned
+    left_out = prune(SETTLED + "\n\ndef other():\n    return Side('x')\n", roots + "print(other)\n", made_here=True)
+    assert "def fallback_values" in left_out and "def fallback_pointer" in left_out
