@@ -18,7 +18,7 @@ from .model import Result, Status
 from .rules import entries
 from .rules.support import outcome, show
 
-__all__ = ["reproduction", "reproducible", "library_call"]
+__all__ = ["reproduction", "reproducible", "library_call", "reproduction_lines"]
 
 #: The capsule factory's statement that installs its deleter and capsule
 #: destructor (dlpack_ref.testing.factory). The core keeps one such hook per
@@ -93,3 +93,14 @@ def reproduction(spec: str, result: Result, adapter: str = "known") -> str | Non
     retake = ("# the library's import may have taken the capsule factory's deleter hook: take it back\n"
               f"{_FACTORY_HOOK}\n") if f"\n{_FACTORY_HOOK}\n" in source else ""
     return "\n".join(head) + "\n" + source + f"\nRULE = {result.rule.text!r}\n{binding}{retake}{call}"
+
+
+def reproduction_lines(spec: str = "numpy", adapter: str = "known") -> dict[str, dict[str, int]]:
+    """By side, the lines of the reproduction of each rule as it would be
+    written were the rule to fail for ``spec``: what ``check --explain``
+    prints (the sizes docs/conformance.md gives, with NumPy's adapter)."""
+    sizes: dict[str, dict[str, int]] = {}
+    for e in entries():
+        source = reproduction(spec, Result(e.rule, Status.FAIL, "a failure"), adapter)
+        sizes.setdefault(e.side, {})[e.rule.id] = len(source.splitlines())
+    return sizes
