@@ -1,6 +1,8 @@
 """The size of the reproduction ``check --explain`` prints for each rule,
-with NumPy's adapter (as if every rule failed for NumPy): lines by rule,
-and by side their least, median and most.
+as if every rule failed: with NumPy's adapter for the producer and consumer
+rules, with dlpack-ref's for the CUDA rules (NumPy makes no CUDA arrays,
+and a reproduction carries no adapter that makes none); lines by rule, and
+by side their least, median and most.
 
     python benchmarks/reproduction_sizes.py
 
@@ -22,7 +24,8 @@ import runinfo  # benchmarks/runinfo.py: this folder is first on sys.path
 from dlpack_ref.conformance.reproduce import reproduction_lines
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-LIBRARY = "numpy"
+#: The library whose adapter each side's reproductions are measured with.
+LIBRARIES = {"producer": "numpy", "consumer": "numpy", "cuda": "dlpack_ref"}
 
 
 def summary(lines: dict[str, dict[str, int]]) -> dict[str, dict]:
@@ -37,9 +40,9 @@ def main(argv=None) -> int:
     p.add_argument("--json", default=os.path.join(HERE, "results", "reproduction_sizes.json"))
     args = p.parse_args(argv)
     began = runinfo.start()
-    lines = reproduction_lines(LIBRARY)
-    result = {**runinfo.record(began, settings={"library": LIBRARY, "adapter": "known"}, modules=["numpy"]),
-              "library": LIBRARY, "sides": summary(lines), "lines": lines}
+    lines = {side: reproduction_lines(library)[side] for side, library in LIBRARIES.items()}
+    result = {**runinfo.record(began, settings={"libraries": LIBRARIES, "adapter": "known"}, modules=["numpy"]),
+              "libraries": LIBRARIES, "sides": summary(lines), "lines": lines}
     with open(args.json, "w", encoding="utf-8") as f:
         json.dump(result, f, indent=1)
         f.write("\n")

@@ -275,3 +275,25 @@ def test_a_field_every_construction_settles_cuts_the_fallback_it_rules_out():
     assert "def fallback_values" in assigned and "def fallback_pointer" not in assigned
     left_out = prune(SETTLED + "\n\ndef other():\n    return Side('x')\n", roots + "print(other)\n", made_here=True)
     assert "def fallback_values" in left_out and "def fallback_pointer" in left_out
+
+
+def test_a_field_given_a_name_that_may_hold_none_settles_nothing():
+    from dlpack_ref.harness.bundle import prune
+    roots = "print(check(adapter()))\n"
+    # own is also an argument's name somewhere: the name given may be that argument, None
+    shadowed = SETTLED + "\n\ndef maker(own=None):\n    return own\n"
+    assert "def fallback_values" in prune(shadowed, roots + "print(maker)\n", made_here=True)
+    # a nested function given by name settles it, named as the field is (whose declaration binds no function)
+    nested = SETTLED.replace("    return Side(\"lib\", tolist=own,", "    def tolist(r):\n        return r\n\n"
+                             "    return Side(\"lib\", tolist=tolist,")
+    assert "tolist=tolist" in nested and "def fallback_values" not in prune(nested, roots, made_here=True)
+
+
+def test_an_idle_class_keeps_what_its_adapter_calls():
+    from dlpack_ref.harness.bundle import prune
+    roots = "made, unused = adapter()\nprint(check(made))\n"
+    calling = FAMILIES.replace("    return Made(1), Unused()", "    u = Unused()\n    u.run()\n    return Made(1), u")
+    source = prune(calling, roots, idle=["Unused"], adapters=["adapter"])
+    assert "def run(self):\n        return os.sep" in source
+    run = subprocess.run([sys.executable, "-c", source + roots], capture_output=True, text=True, timeout=60)
+    assert run.stdout == "2\n", run.stderr

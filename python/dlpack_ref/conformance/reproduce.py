@@ -36,16 +36,22 @@ _IDLE = {"producer": ("Consumer", "CudaProducer"), "consumer": ("Producer", "Cud
          "cuda": ("Producer", "Consumer")}
 
 
-def library_call(spec: str, adapter: str) -> tuple[list, str]:
+def library_call(spec: str, adapter: str, side: str = "cuda") -> tuple[list, str]:
     """(the functions that build the library's subject, the source of the
-    statements that bind ``producer``, ``consumer`` and ``cuda_producer``
-    with them): ``adapter`` is how the checker built it (``known``,
-    ``hook``, ``generic``); the spec enters the source as literals only."""
+    statements that bind with them what the rule's call is given, of
+    ``producer``, ``consumer`` and ``cuda_producer``): ``adapter`` is how
+    the checker built it (``known``,
+    ``hook``, ``generic``); the spec enters the source as literals only.
+    A known library's adapter is called for what the rule's ``side`` is
+    given: ``subject()`` for a producer or consumer rule, ``cuda()`` for a
+    CUDA rule."""
     if adapter == "known":
         library = registry.KNOWN[spec]
-        cuda = [library.cuda] if hasattr(library, "cuda") else []
-        binding = f"producer, consumer = subject()\ncuda_producer = {'cuda()' if cuda else None}\n"
-        return [library.subject, *cuda], binding
+        if side != "cuda":
+            return [library.subject], "producer, consumer = subject()\n"
+        if not hasattr(library, "cuda"):
+            return [], "cuda_producer = None\n"
+        return [library.cuda], "cuda_producer = cuda()\n"
     module_name, _, attr = spec.partition(":")
     if adapter == "hook":
         return [hooked_subject], f"producer, consumer, cuda_producer = hooked_subject({module_name!r})\n"
@@ -81,7 +87,7 @@ def reproduction(spec: str, result: Result, adapter: str = "known") -> str | Non
     if not reproducible(result, adapter):
         return None
     entry = {e.rule.id: e for e in entries()}[result.rule.id]
-    builders, binding = library_call(spec, adapter)
+    builders, binding = library_call(spec, adapter, entry.side)
     side = {"producer": "producer", "consumer": "consumer", "cuda": "cuda_producer"}[entry.side]
     head = [f"# The library {spec!r} against the rule {result.rule.id!r}: Python that shows the checker's",
             "# verdict with that library alone (the rule's own check and the library's adapter, as they ran).",
@@ -89,7 +95,8 @@ def reproduction(spec: str, result: Result, adapter: str = "known") -> str | Non
             "# library crashed the checker, prints 'ok:' and exits 0 where the rule holds."]
     call = f"show(RULE, outcome({entry.check.__name__}, {side}))\n"
     source = prune(bundle(entry.check, outcome, show, *builders, last=[entry.check, *builders]), binding + call,
-                   idle=_IDLE[entry.side], adapters=[b.__name__ for b in builders], made_here=adapter == "known")
+                   idle=_IDLE[entry.side] if adapter == "known" else (), adapters=[b.__name__ for b in builders],
+                   made_here=adapter == "known")
     retake = ("# the library's import may have taken the capsule factory's deleter hook: take it back\n"
               f"{_FACTORY_HOOK}\n") if f"\n{_FACTORY_HOOK}\n" in source else ""
     return "\n".join(head) + "\n" + source + f"\nRULE = {result.rule.text!r}\n{binding}{retake}{call}"
@@ -98,7 +105,7 @@ def reproduction(spec: str, result: Result, adapter: str = "known") -> str | Non
 def reproduction_lines(spec: str = "numpy", adapter: str = "known") -> dict[str, dict[str, int]]:
     """By side, the lines of the reproduction of each rule as it would be
     written were the rule to fail for ``spec``: what ``check --explain``
-    prints (the sizes docs/conformance.md gives, with NumPy's adapter)."""
+    prints (the sizes docs/conformance.md gives)."""
     sizes: dict[str, dict[str, int]] = {}
     for e in entries():
         source = reproduction(spec, Result(e.rule, Status.FAIL, "a failure"), adapter)

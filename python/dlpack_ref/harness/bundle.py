@@ -369,8 +369,9 @@ def prune(source: str, roots: str, idle: Iterable[str] = (), adapters: Iterable[
     family (its bases and subclasses in the bundle); one read on anything
     else, to every class's. A class named in ``idle`` whose instances the
     roots never use (the other side's subject, made by an adapter among
-    ``adapters`` and left unused) keeps only its dunder methods and what
-    its own methods call on ``self``, when no other code names it.
+    ``adapters`` and left unused) keeps only its dunder methods, what its
+    own methods call on ``self`` and what the adapters call by name, when
+    no other code names it.
 
     With ``made_here`` (every object of the bundle's classes is made by
     the bundle's own code, as a known library's adapter makes its
@@ -474,6 +475,9 @@ class _Reach:
         self.attributes: set[str] = set()
         self.on_self: dict[int, set[str]] = {i: set() for i in self.family}   # class -> attributes read on self
         self.settled = {i: _settled_fields(body, body[i]) for i in self.family} if made_here else {}
+        by_adapters = {a for node in body if _defined_by(node) & adapters for a in _attributes(node)}
+        for i in self.idle:   # what the adapters call on the objects they make is still reached
+            self.on_self[i] |= by_adapters
         self.cut: set[int] = set()   # the lines of the statements that settled fields cut
 
     def add(self, names: set[str], attributes: set[str], on_self: tuple[int, set[str]] | None = None) -> None:
@@ -588,7 +592,11 @@ def _settled_fields(body: list[ast.stmt], cls: ast.ClassDef) -> dict[str, str]:
         return {}
     functions = {n.name for node in body for n in ast.walk(node)
                  if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
-    rebound = {n.id for node in body for n in ast.walk(node) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
+    declared = {id(s.target) for node in body for n in ast.walk(node) if isinstance(n, ast.ClassDef)
+                for s in n.body if isinstance(s, ast.AnnAssign)}   # a field's declaration binds no function
+    rebound = {n.id for node in body for n in ast.walk(node)
+               if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load) and id(n) not in declared}
+    rebound |= {n.arg for node in body for n in ast.walk(node) if isinstance(n, ast.arg)}
     order = list(fields)
 
     def given(call: ast.Call, field: str):
