@@ -119,3 +119,181 @@ def test_a_class_whose_methods_all_go_keeps_a_body():
     source = prune(PRUNABLE, "print(Lonely)\n")
     assert "class Lonely:\n    pass" in source
     compile(source, "pruned.py", "exec")
+
+
+FAMILIES = '''from __future__ import annotations
+import os
+
+
+# Why the helper exists.
+def helper(x):
+    return x + 1
+
+
+class Made:
+    def __init__(self, v):
+        self.v = v
+
+    def run(self):
+        # the reason for the call
+        return self.step()
+
+    def step(self):
+        return helper(self.v)
+
+    def other(self):
+        return os.getcwd()
+
+
+class Stranger:
+    def step(self):
+        return os.getpid()
+
+    def run(self):
+        return 2
+
+
+class Unused:
+    def __init__(self):
+        self.n = 0
+
+    def run(self):
+        return os.sep
+
+
+def adapter():
+    return Made(1), Unused()
+
+
+# --- what the checker ran, as it ran: the rule's check and the library's adapter ---
+
+# kept: the code the checker ran keeps its comments
+def check(m):
+    return m.run()
+'''
+
+
+def test_an_attribute_read_on_self_reaches_only_its_classs_methods():
+    from dlpack_ref.harness.bundle import prune
+    roots = "made, unused = adapter()\nprint(check(made), Stranger)\n"
+    source = prune(FAMILIES, roots)
+    made, stranger = source.split("class Stranger")
+    assert "def step(self):" in made and "def other" not in made
+    # m.run() names run on anything; self.step() only Made's step
+    assert "def run(self):" in stranger and "def step" not in stranger
+    run = subprocess.run([sys.executable, "-c", source + roots], capture_output=True, text=True, timeout=60)
+    assert run.stdout.startswith("2 "), run.stderr
+
+
+def test_an_idle_class_keeps_no_method_but_its_dunders():
+    from dlpack_ref.harness.bundle import prune
+    roots = "made, unused = adapter()\nprint(check(made))\n"
+    kept = prune(FAMILIES, roots)
+    assert "class Unused:\n    def __init__(self):\n        self.n = 0\n\n    def run(self):" in kept
+    source = prune(FAMILIES, roots, idle=["Unused"], adapters=["adapter"])
+    assert "class Unused:\n    def __init__(self):\n        self.n = 0\n\ndef adapter" in source
+    # a class some other code names is not idle, whatever the caller says
+    assert "def run(self):\n        return os.sep" in prune(FAMILIES, roots, idle=["Unused"], adapters=[])
+    run = subprocess.run([sys.executable, "-c", source + roots], capture_output=True, text=True, timeout=60)
+    assert run.stdout == "2\n", run.stderr
+
+
+def test_pulled_in_definitions_lose_their_comments_the_checked_code_keeps_them():
+    from dlpack_ref.harness.bundle import prune
+    source = prune(FAMILIES, "made, unused = adapter()\nprint(check(made))\n")
+    assert "# Why the helper exists." not in source and "# the reason for the call" not in source
+    assert "def helper(x):" in source and "        return self.step()" in source
+    assert "# kept: the code the checker ran keeps its comments\ndef check(m):" in source
+    assert "# --- what the checker ran" in source
+
+
+SETTLED = '''from __future__ import annotations
+import dataclasses
+
+
+def fallback_values(r):
+    return ["read", r]
+
+
+def fallback_pointer(r):
+    return 0
+
+
+def own(r):
+    return r
+
+
+@dataclasses.dataclass
+class Side:
+    name: str
+    tolist: object = None
+    data_ptr: object = None
+    request: object = None
+    shapeless: bool = False
+
+    def values(self, r):
+        if self.tolist is None:
+            return fallback_values(r)
+        return self.tolist(r)
+
+    def pointer(self, r):
+        if self.data_ptr is None:
+            return fallback_pointer(r)
+        return self.data_ptr(r)
+
+    def take(self, r):
+        if self.request is not None:
+            r = ("asked", r)
+        if self.shapeless:
+            return b"bytes"
+        return r
+
+
+def adapter():
+    return Side("lib", tolist=own, data_ptr=lambda r: 1)
+
+
+def check(s):
+    return s.values(2), s.pointer(3), s.take(4)
+'''
+
+
+def test_a_field_every_construction_settles_cuts_the_fallback_it_rules_out():
+    from dlpack_ref.harness.bundle import prune
+    roots = "print(check(adapter()))\n"
+    source = prune(SETTLED, roots, made_here=True)
+    for gone in ("fallback_values", "fallback_pointer", "self.tolist is None", "self.request", "b\"bytes\""):
+        assert gone not in source
+    assert "    def values(self, r):\n        return self.tolist(r)\n" in source
+    run = subprocess.run([sys.executable, "-c", source + roots], capture_output=True, text=True, timeout=60)
+    assert run.stdout == "(2, 1, 4)\n", run.stderr
+    # without made_here (objects made elsewhere may leave any option out) every fallback stays
+    assert "def fallback_values" in prune(SETTLED, roots)
+    # a field some code assigns, or a construction that leaves it out, settles nothing
+    assigned = prune(SETTLED.replace("    return s.values(2)", "    s.tolist = None\n    return s.values(2)"),
+                     roots, made_here=True)
+    assert "def fallback_values" in assigned and "def fallback_pointer" not in assigned
+    left_out = prune(SETTLED + "\n\ndef other():\n    return Side('x')\n", roots + "print(other)\n", made_here=True)
+    assert "def fallback_values" in left_out and "def fallback_pointer" in left_out
+
+
+def test_a_field_given_a_name_that_may_hold_none_settles_nothing():
+    from dlpack_ref.harness.bundle import prune
+    roots = "print(check(adapter()))\n"
+    # own is also an argument's name somewhere: the name given may be that argument, None
+    shadowed = SETTLED + "\n\ndef maker(own=None):\n    return own\n"
+    assert "def fallback_values" in prune(shadowed, roots + "print(maker)\n", made_here=True)
+    # a nested function given by name settles it, named as the field is (whose declaration binds no function)
+    nested = SETTLED.replace("    return Side(\"lib\", tolist=own,", "    def tolist(r):\n        return r\n\n"
+                             "    return Side(\"lib\", tolist=tolist,")
+    assert "tolist=tolist" in nested and "def fallback_values" not in prune(nested, roots, made_here=True)
+
+
+def test_an_idle_class_keeps_what_its_adapter_calls():
+    from dlpack_ref.harness.bundle import prune
+    roots = "made, unused = adapter()\nprint(check(made))\n"
+    calling = FAMILIES.replace("    return Made(1), Unused()", "    u = Unused()\n    u.run()\n    return Made(1), u")
+    source = prune(calling, roots, idle=["Unused"], adapters=["adapter"])
+    assert "def run(self):\n        return os.sep" in source
+    run = subprocess.run([sys.executable, "-c", source + roots], capture_output=True, text=True, timeout=60)
+    assert run.stdout == "2\n", run.stderr

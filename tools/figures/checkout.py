@@ -37,6 +37,7 @@ FILES = {
                                           "the two numkong builds of adoption/run.sh numkong; valgrind for the counts"),
     f"{RESULTS}/callgrind_adopter.json": ("python benchmarks/callgrind_adopter.py",
                                           "valgrind, a C and C++ compiler, Cython, pybind11, nanobind, CMake, NumPy"),
+    f"{RESULTS}/reproduction_sizes.json": ("python benchmarks/reproduction_sizes.py", "NumPy"),
     f"{RESULTS}/ecosystem_1.json": (
         _check_command([], f"{RESULTS}/ecosystem_1.json"),
         "the main lane's libraries: " + ", ".join(

@@ -9,7 +9,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from figures import (checkout, libraries, render_adopters, render_adoption, render_copies, render_ecosystem,
-                     render_exchange, render_libraries, render_pool, render_rules, rules)
+                     render_exchange, render_libraries, render_pool, render_reproductions, render_rules,
+                     rules)
 from figures.checkout import FILES, NoData, Source, kind, pages, source
 
 
@@ -57,6 +58,7 @@ FIGURES: dict[str, tuple[str, Callable[[list[Source], list[str]], str]]] = {
     "ecosystem-rules": ("ecosystem", render_ecosystem.ecosystem_rules),
     "ecosystem-exchange": ("ecosystem", render_ecosystem.ecosystem_exchange),
     "summary-line": ("ecosystem", render_ecosystem.ecosystem_summary_line),
+    "reproduction-sizes": ("reproduction_sizes", render_reproductions.reproduction_sizes),
     # from the library files (libraries.FOLDER), not a result file
     "known-libraries": ("libraries", render_libraries.known_libraries),
     # from the rules' declarations (rules.FOLDER), not a result file

@@ -33,8 +33,8 @@ def versions_text(versions: dict) -> str:
                      for k, v in versions.items() if v is not None)
 
 
-# Files of instruction counts, which the load does not move.
-COUNTS = {"callgrind_adopter", "adoption_producer"}
+# Files of counts (instructions, lines of code), which the load does not move.
+COUNTS = {"callgrind_adopter", "adoption_producer", "reproduction_sizes"}
 
 
 def run_problems(src: Source) -> list[str]:

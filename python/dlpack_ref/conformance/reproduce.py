@@ -18,7 +18,7 @@ from .model import Result, Status
 from .rules import entries
 from .rules.support import outcome, show
 
-__all__ = ["reproduction", "reproducible", "library_call"]
+__all__ = ["reproduction", "reproducible", "library_call", "reproduction_lines"]
 
 #: The capsule factory's statement that installs its deleter and capsule
 #: destructor (dlpack_ref.testing.factory). The core keeps one such hook per
@@ -29,16 +29,29 @@ __all__ = ["reproduction", "reproducible", "library_call"]
 _FACTORY_HOOK = "_DELETER_ADDRESS, _CAPSULE_DESTRUCTOR_ADDRESS = _trampolines(_dispatch)"
 
 
-def library_call(spec: str, adapter: str) -> tuple[list, str]:
+#: By the side of a rule, the subject classes whose objects its check is
+#: not given: the adapter makes them, the reproduction never uses them, so
+#: their methods are not carried.
+_IDLE = {"producer": ("Consumer", "CudaProducer"), "consumer": ("Producer", "CudaProducer"),
+         "cuda": ("Producer", "Consumer")}
+
+
+def library_call(spec: str, adapter: str, side: str = "cuda") -> tuple[list, str]:
     """(the functions that build the library's subject, the source of the
-    statements that bind ``producer``, ``consumer`` and ``cuda_producer``
-    with them): ``adapter`` is how the checker built it (``known``,
-    ``hook``, ``generic``); the spec enters the source as literals only."""
+    statements that bind with them what the rule's call is given, of
+    ``producer``, ``consumer`` and ``cuda_producer``): ``adapter`` is how
+    the checker built it (``known``,
+    ``hook``, ``generic``); the spec enters the source as literals only.
+    A known library's adapter is called for what the rule's ``side`` is
+    given: ``subject()`` for a producer or consumer rule, ``cuda()`` for a
+    CUDA rule."""
     if adapter == "known":
         library = registry.KNOWN[spec]
-        cuda = [library.cuda] if hasattr(library, "cuda") else []
-        binding = f"producer, consumer = subject()\ncuda_producer = {'cuda()' if cuda else None}\n"
-        return [library.subject, *cuda], binding
+        if side != "cuda":
+            return [library.subject], "producer, consumer = subject()\n"
+        if not hasattr(library, "cuda"):
+            return [], "cuda_producer = None\n"
+        return [library.cuda], "cuda_producer = cuda()\n"
     module_name, _, attr = spec.partition(":")
     if adapter == "hook":
         return [hooked_subject], f"producer, consumer, cuda_producer = hooked_subject({module_name!r})\n"
@@ -74,14 +87,27 @@ def reproduction(spec: str, result: Result, adapter: str = "known") -> str | Non
     if not reproducible(result, adapter):
         return None
     entry = {e.rule.id: e for e in entries()}[result.rule.id]
-    builders, binding = library_call(spec, adapter)
+    builders, binding = library_call(spec, adapter, entry.side)
     side = {"producer": "producer", "consumer": "consumer", "cuda": "cuda_producer"}[entry.side]
     head = [f"# The library {spec!r} against the rule {result.rule.id!r}: Python that shows the checker's",
             "# verdict with that library alone (the rule's own check and the library's adapter, as they ran).",
             "# It prints 'expected:' and 'observed:' and exits 1 where the rule is broken, crashes where the",
             "# library crashed the checker, prints 'ok:' and exits 0 where the rule holds."]
     call = f"show(RULE, outcome({entry.check.__name__}, {side}))\n"
-    source = prune(bundle(entry.check, outcome, show, *builders, last=[entry.check, *builders]), binding + call)
+    source = prune(bundle(entry.check, outcome, show, *builders, last=[entry.check, *builders]), binding + call,
+                   idle=_IDLE[entry.side] if adapter == "known" else (), adapters=[b.__name__ for b in builders],
+                   made_here=adapter == "known")
     retake = ("# the library's import may have taken the capsule factory's deleter hook: take it back\n"
               f"{_FACTORY_HOOK}\n") if f"\n{_FACTORY_HOOK}\n" in source else ""
     return "\n".join(head) + "\n" + source + f"\nRULE = {result.rule.text!r}\n{binding}{retake}{call}"
+
+
+def reproduction_lines(spec: str = "numpy", adapter: str = "known") -> dict[str, dict[str, int]]:
+    """By side, the lines of the reproduction of each rule as it would be
+    written were the rule to fail for ``spec``: what ``check --explain``
+    prints (the sizes docs/conformance.md gives)."""
+    sizes: dict[str, dict[str, int]] = {}
+    for e in entries():
+        source = reproduction(spec, Result(e.rule, Status.FAIL, "a failure"), adapter)
+        sizes.setdefault(e.side, {})[e.rule.id] = len(source.splitlines())
+    return sizes

@@ -24,10 +24,13 @@ from __future__ import annotations
 
 import ast
 import builtins
+import copy
 import functools
 import importlib
+import io
 import sys
 import textwrap
+import tokenize
 from typing import Iterable
 
 __all__ = ["BundleError", "bundle", "definition_source", "prune"]
@@ -356,36 +359,71 @@ def definition_source(definition) -> str:
     return "\n\n\n".join(m.source(s) for s in m.statements[definition.__name__])
 
 
-def prune(source: str, roots: str) -> str:
+def prune(source: str, roots: str, idle: Iterable[str] = (), adapters: Iterable[str] = (),
+          made_here: bool = False) -> str:
     """``source`` (a bundle) cut to what ``roots``, the code run after it,
     reaches: the definitions its names lead to, transitively, and of each
     class kept, its dunder methods and the methods (and properties) whose
-    name some kept code uses as an attribute. Every kept statement stays as
-    written, with the comments above it; one blank line parts definitions,
-    none parts one-line constants and imports.
+    name some kept code uses as an attribute. An attribute read on ``self``
+    (or ``super()``) in a method leads only to the methods of that class's
+    family (its bases and subclasses in the bundle); one read on anything
+    else, to every class's. A class named in ``idle`` whose instances the
+    roots never use (the other side's subject, made by an adapter among
+    ``adapters`` and left unused) keeps only its dunder methods, what its
+    own methods call on ``self`` and what the adapters call by name, when
+    no other code names it.
+
+    With ``made_here`` (every object of the bundle's classes is made by
+    the bundle's own code, as a known library's adapter makes its
+    subjects), a field that every construction of a dataclass gives (a
+    function or a literal, never None), or that none gives and whose
+    default is None (or another false literal), settles the method
+    statements that test it: ``if self.field is None:`` (``is not None:``,
+    ``if self.field:``) without ``else``. Such a statement, the fallback of
+    an option the adapter does or does not give, is cut with what only it
+    reaches. A field that any code assigns is not settled.
+
+    Every kept statement stays as written, with the comments above it; the
+    definitions the bundle pulled in (those before its heading of what the
+    checker ran) lose their comment lines, which explain them in
+    dlpack-ref, not the failure. One blank line parts definitions, none
+    parts one-line constants and imports.
 
     A method reached only through ``getattr`` with a name that is not a
     literal is not seen: no bundled code does that.
     """
     tree = ast.parse(source)
-    reach = _Reach(tree.body, source.splitlines())
+    reach = _Reach(tree.body, source.splitlines(), set(idle), set(adapters), made_here)
     root = ast.parse(roots)
     reach.add(_used_in(root), _attributes(root))
     return _pruned_text(source, tree.body, reach)
 
 
-def _attributes(node: ast.AST) -> set[str]:
+def _attributes(node: ast.AST, skip: frozenset = frozenset()) -> set[str]:
     """The attribute names ``node`` reads or writes: ``x.name``, and the
-    literal names of ``getattr``, ``hasattr``, ``setattr``, ``delattr``."""
+    literal names of ``getattr``, ``hasattr``, ``setattr``, ``delattr``;
+    those of the Attribute nodes whose id is in ``skip`` left out."""
     found = set()
     for n in ast.walk(node):
-        if isinstance(n, ast.Attribute):
+        if isinstance(n, ast.Attribute) and id(n) not in skip:
             found.add(n.attr)
         elif (isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
               and n.func.id in ("getattr", "hasattr", "setattr", "delattr") and len(n.args) >= 2
               and isinstance(n.args[1], ast.Constant) and isinstance(n.args[1].value, str)):
             found.add(n.args[1].value)
     return found
+
+
+def _on_self(method: ast.FunctionDef) -> list[ast.Attribute]:
+    """The attribute nodes of ``method`` read on its instance: ``self.x``
+    and ``super().x`` (``self`` being its first argument, unless it is a
+    static method)."""
+    statics = {getattr(d, "id", None) for d in method.decorator_list}
+    args = method.args.posonlyargs + method.args.args
+    own = args[0].arg if args and "staticmethod" not in statics else None
+    return [n for n in ast.walk(method) if isinstance(n, ast.Attribute) and (
+        (isinstance(n.value, ast.Name) and n.value.id == own)
+        or (isinstance(n.value, ast.Call) and getattr(n.value.func, "id", None) == "super"))]
 
 
 def _defined_by(node: ast.stmt) -> set[str]:
@@ -408,14 +446,18 @@ def _dunder(name: str) -> bool:
     return name.startswith("__") and name.endswith("__")
 
 
-_FACTS: dict[str, tuple[set[str], set[str]]] = {}   # a statement's text -> what it uses
+#: What a statement uses, found once per text (reproductions share most
+#: definitions): (global names, attributes read on anything, attributes
+#: read on its own instance, for a method).
+_FACTS: dict[tuple[str, bool], tuple[set[str], set[str], set[str]]] = {}
 
 
 class _Reach:
     """The statements (by position) and methods (by class position and
     name) that the names and attributes added so far lead to."""
 
-    def __init__(self, body: list[ast.stmt], lines: list[str]):
+    def __init__(self, body: list[ast.stmt], lines: list[str], idle: set[str], adapters: set[str],
+                 made_here: bool = False):
         self.body, self.lines = body, lines
         self.by_name: dict[str, list[int]] = {}
         for i, node in enumerate(body):
@@ -424,15 +466,24 @@ class _Reach:
                 names = _used_in(node)
             for name in names:
                 self.by_name.setdefault(name, []).append(i)
+        self.family = _families(body)
+        self.idle = {i for i in self.family if body[i].name in idle
+                     and _named_only_by(body, body[i].name, adapters | {body[j].name for j in self.family[i]})}
         self.kept: set[int] = set()
         self.methods: dict[int, set[str]] = {}   # class position -> kept method names
         self.names: set[str] = set()
         self.attributes: set[str] = set()
+        self.on_self: dict[int, set[str]] = {i: set() for i in self.family}   # class -> attributes read on self
+        self.settled = {i: _settled_fields(body, body[i]) for i in self.family} if made_here else {}
+        by_adapters = {a for node in body if _defined_by(node) & adapters for a in _attributes(node)}
+        for i in self.idle:   # what the adapters call on the objects they make is still reached
+            self.on_self[i] |= by_adapters
+        self.cut: set[int] = set()   # the lines of the statements that settled fields cut
 
-    def add(self, names: set[str], attributes: set[str]) -> None:
-        pending = [(names, attributes)]
+    def add(self, names: set[str], attributes: set[str], on_self: tuple[int, set[str]] | None = None) -> None:
+        pending = [(names, attributes, on_self)]
         while pending:
-            names, attributes = pending.pop()
+            names, attributes, on_self = pending.pop()
             fresh_attributes = attributes - self.attributes
             self.attributes |= attributes
             for name in names - self.names:
@@ -440,14 +491,24 @@ class _Reach:
                 for i in self.by_name.get(name, ()):
                     if i not in self.kept:
                         self.kept.add(i)
-                        pending.append(self._statement(i))
+                        pending += self._statement(i)
             for i in self.methods if fresh_attributes else ():
-                pending += self._methods(i, fresh_attributes)
+                if i not in self.idle:
+                    pending += self._methods(i, fresh_attributes)
+            if on_self:
+                cls, wanted = on_self
+                for i in self.family[cls]:
+                    self.on_self[i] |= wanted
+                    if i in self.methods:
+                        pending += self._methods(i, wanted)
 
-    def _statement(self, i: int) -> tuple[set[str], set[str]]:
+    def _statement(self, i: int) -> list:
+        """What statement ``i`` uses; of a class, what its body outside
+        methods and the methods wanted so far use."""
         node = self.body[i]
         if not isinstance(node, ast.ClassDef):
-            return self._facts(node)
+            names, attributes, _ = self._facts(node)
+            return [(names, attributes, None)]
         self.methods[i] = set()
         names, attributes = set(), set()
         for part in [*node.bases, *node.keywords, *node.decorator_list,
@@ -455,28 +516,145 @@ class _Reach:
             if not (part in node.decorator_list and _registration(part)):
                 names |= {n.id for n in ast.walk(part) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
                 attributes |= _attributes(part)
-        method_names = {s.name for s in node.body if _is_method(s)}
-        for more_names, more_attributes in self._methods(i, {n for n in method_names if _dunder(n)} | self.attributes):
-            names |= more_names
-            attributes |= more_attributes
-        return names, attributes
+        wanted = {s.name for s in node.body if _is_method(s) and _dunder(s.name)} | self.on_self[i]
+        if i not in self.idle:
+            wanted |= self.attributes
+        return [(names, attributes, None), *self._methods(i, wanted)]
 
-    def _facts(self, node: ast.stmt) -> tuple[set[str], set[str]]:
-        """(the global names, the attribute names) a function or statement
-        uses, found once per text: reproductions share most definitions."""
-        text = "\n".join(self.lines[_first_line(node) - 1:node.end_lineno])
-        if text not in _FACTS:
-            _FACTS[text] = (_used_in(node), _attributes(node))
-        return _FACTS[text]
+    def _facts(self, node: ast.stmt, method: bool = False) -> tuple[set[str], set[str], set[str]]:
+        text = "\n".join(self.lines[b.lineno - 1] for b in getattr(node, "body", ())) + "\n" + \
+            "\n".join(self.lines[_first_line(node) - 1:node.end_lineno])
+        if (text, method) not in _FACTS:
+            own = _on_self(node) if method else []
+            _FACTS[text, method] = (_used_in(node), _attributes(node, frozenset(map(id, own))),
+                                    {n.attr for n in own})
+        return _FACTS[text, method]
 
-    def _methods(self, i: int, wanted: set[str]) -> list[tuple[set[str], set[str]]]:
+    def _methods(self, i: int, wanted: set[str]) -> list:
         """Keep the methods of class ``i`` named in ``wanted``; what they use."""
         found = []
         for s in self.body[i].body:
             if _is_method(s) and s.name in wanted and s.name not in self.methods[i]:
-                found.append(self._facts(s))
-        self.methods[i] |= {s.name for s in self.body[i].body if _is_method(s) and s.name in wanted}
+                self.methods[i].add(s.name)
+                dead = _settled_out(s, self.settled.get(i, {}))
+                if dead:
+                    s = copy.copy(s)
+                    s.body = [b for b in s.body if b not in dead]
+                    self.cut |= {n for b in dead for n in range(b.lineno, b.end_lineno + 1)}
+                names, attributes, own = self._facts(s, method=True)
+                found.append((names, attributes, (i, own)))
         return found
+
+
+def _families(body: list[ast.stmt]) -> dict[int, set[int]]:
+    """Each class's family (by position): the classes of the bundle joined
+    to it through bases, either way, itself included."""
+    classes = {node.name: i for i, node in enumerate(body) if isinstance(node, ast.ClassDef)}
+    family = {i: {i} for i in classes.values()}
+    for i in classes.values():
+        for base in body[i].bases:
+            j = classes.get(getattr(base, "id", None))
+            if j is not None and j != i:
+                joined = family[i] | family[j]
+                for k in joined:
+                    family[k] = joined
+    return family
+
+
+def _named_only_by(body: list[ast.stmt], name: str, allowed: set[str]) -> bool:
+    """Whether every statement of ``body`` that reads ``name`` is one of the
+    definitions named in ``allowed``."""
+    return all(_defined_by(node) <= allowed and _defined_by(node) for node in body
+               if any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load)
+                      for n in ast.walk(node)))
+
+
+def _settled_fields(body: list[ast.stmt], cls: ast.ClassDef) -> dict[str, str]:
+    """The fields of dataclass ``cls`` that every construction in ``body``
+    settles: ``given``, as a function or a literal other than None;
+    ``none``, never given, with the default None; ``false``, never given,
+    with another false literal as default. Only where ``cls`` is named
+    nowhere but in calls that make it, and no code assigns the field."""
+    fields = {s.target.id: s.value for s in cls.body if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)}
+    if not fields or not any("dataclass" in ast.unparse(d) for d in cls.decorator_list):
+        return {}
+    calls = [n for node in body for n in ast.walk(node)
+             if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == cls.name]
+    named = [n for node in body for n in ast.walk(node) if isinstance(n, ast.Name) and n.id == cls.name]
+    if not calls or len(named) != len(calls) or any(
+            isinstance(a, ast.Starred) for c in calls for a in c.args) or any(k.arg is None for c in calls
+                                                                              for k in c.keywords):
+        return {}
+    stored = {n.attr for node in body for n in ast.walk(node)
+              if isinstance(n, ast.Attribute) and not isinstance(n.ctx, ast.Load)}
+    if any(isinstance(n, ast.Call) and getattr(n.func, "id", getattr(n.func, "attr", None)) in ("setattr", "replace")
+           for node in body for n in ast.walk(node)):
+        return {}
+    functions = {n.name for node in body for n in ast.walk(node)
+                 if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+    declared = {id(s.target) for node in body for n in ast.walk(node) if isinstance(n, ast.ClassDef)
+                for s in n.body if isinstance(s, ast.AnnAssign)}   # a field's declaration binds no function
+    rebound = {n.id for node in body for n in ast.walk(node)
+               if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load) and id(n) not in declared}
+    rebound |= {n.arg for node in body for n in ast.walk(node) if isinstance(n, ast.arg)}
+    order = list(fields)
+
+    def given(call: ast.Call, field: str):
+        if order.index(field) < len(call.args):
+            return call.args[order.index(field)]
+        return next((k.value for k in call.keywords if k.arg == field), None)
+
+    def never_none(value: ast.expr) -> bool:
+        return (isinstance(value, ast.Lambda) or (isinstance(value, ast.Constant) and value.value is not None)
+                or (isinstance(value, ast.Name) and value.id in functions and value.id not in rebound))
+
+    settled = {}
+    for field, default in fields.items():
+        values = [given(c, field) for c in calls]
+        if field in stored:
+            continue
+        if all(v is not None and never_none(v) for v in values):
+            settled[field] = "given"
+        elif all(v is None for v in values) and isinstance(default, ast.Constant) and not default.value:
+            settled[field] = "none" if default.value is None else "false"
+    return settled
+
+
+def _settled_out(method: ast.stmt, settled: dict[str, str]) -> list[ast.stmt]:
+    """The statements of ``method``'s body that ``settled`` fields rule
+    out: ``if self.f is None:`` for a field always given, ``if self.f is
+    not None:`` and ``if self.f:`` for one never given, without ``else``;
+    the last statement stays."""
+    args = method.args.posonlyargs + method.args.args if _is_method(method) else []
+    if not settled or not args:
+        return []
+    own = args[0].arg
+
+    def on_self(node) -> str | None:
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == own:
+            return settled.get(node.attr)
+        return None
+
+    def dead(test: ast.expr) -> bool:
+        if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.comparators[0], ast.Constant) \
+                and test.comparators[0].value is None:
+            return on_self(test.left) == ("given" if isinstance(test.ops[0], ast.Is) else "none")
+        return on_self(test) in ("none", "false")
+
+    return [s for s in method.body[:-1] if isinstance(s, ast.If) and not s.orelse and dead(s.test)]
+
+
+def _comment_lines(code: list[str], first: int) -> set[int]:
+    """The line numbers (``first`` being the first of ``code``) of the lines
+    of ``code`` that hold a comment alone."""
+    found = set()
+    try:
+        for token in tokenize.generate_tokens(io.StringIO("\n".join(code) + "\n").readline):
+            if token.type == tokenize.COMMENT and token.line.lstrip().startswith("#"):
+                found.add(first + token.start[0] - 1)
+    except (tokenize.TokenError, SyntaxError):
+        return set()
+    return found
 
 
 def _pruned_text(source: str, body: list[ast.stmt], reach: _Reach) -> str:
@@ -484,13 +662,22 @@ def _pruned_text(source: str, body: list[ast.stmt], reach: _Reach) -> str:
     out: list[str] = []
     before = None   # the kind of the one-line statement without comments just written, else None
     end = 0
+    pulled_in = _LAST_HEADING in lines   # the statements before the heading lose their comments
     for i, node in enumerate(body):
         start, gap = _first_line(node), lines[end:_first_line(node) - 1]
         end = node.end_lineno
+        if _LAST_HEADING in gap:
+            pulled_in = False
+            gap = gap[gap.index(_LAST_HEADING):]
         if i not in reach.kept and not (isinstance(node, ast.ImportFrom) and node.module == "__future__"):
             continue
-        code = _class_lines(lines, node, reach.methods[i]) if isinstance(node, ast.ClassDef) else lines[start - 1:end]
+        code = _class_lines(lines, node, reach.methods[i], reach.cut) if isinstance(node, ast.ClassDef) \
+            else lines[start - 1:end]
         comments = _tidy(gap)
+        if pulled_in:
+            comments = []
+            dropped = _comment_lines(code, 1)
+            code = [line for n, line in enumerate(code, 1) if n not in dropped]
         kind = ("import" if isinstance(node, (ast.Import, ast.ImportFrom)) else "constant") \
             if not comments and len(code) == 1 else None
         if out and (kind is None or kind != before):
@@ -515,10 +702,11 @@ def _tidy(gap: list[str]) -> list[str]:
     return kept
 
 
-def _class_lines(lines: list[str], node: ast.ClassDef, methods: set[str]) -> list[str]:
+def _class_lines(lines: list[str], node: ast.ClassDef, methods: set[str], cut: set[int] = frozenset()) -> list[str]:
     """A class's lines without the methods not in ``methods`` (each with the
-    comments above it), one blank line where the class had any between two
-    statements; ``pass`` in a class left with none."""
+    comments above it) and the lines in ``cut`` (numbered from 1), one
+    blank line where the class had any between two statements; ``pass`` in
+    a class left with none."""
     end = max([node.lineno] + [b.end_lineno for b in [*node.bases, *node.keywords]])
     out = lines[_first_line(node) - 1:end]
     body = len(out)
@@ -528,7 +716,7 @@ def _class_lines(lines: list[str], node: ast.ClassDef, methods: set[str]) -> lis
             continue
         if len(out) > body and any(not line.strip() for line in gap):
             out.append("")
-        out += _tidy(gap) + lines[_first_line(s) - 1:s.end_lineno]
+        out += _tidy(gap) + [lines[n - 1] for n in range(_first_line(s), s.end_lineno + 1) if n not in cut]
     if len(out) == body:
         line = lines[node.body[0].lineno - 1]
         out.append(line[:len(line) - len(line.lstrip())] + "pass")

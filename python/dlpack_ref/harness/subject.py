@@ -174,7 +174,9 @@ class Producer:
         return x
 
     def values(self, x):
-        return self.tolist(x) if self.tolist is not None else elementwise_values(x)
+        if self.tolist is None:
+            return elementwise_values(x)
+        return self.tolist(x)
 
     def exports_once(self) -> bool:
         """Whether each array exports once: ``single_use``, found out (and
@@ -235,22 +237,24 @@ class Consumer:
     shapeless: bool = False
 
     def values(self, r):
-        return self.tolist(r) if self.tolist is not None else result_values(r)
+        if self.tolist is None:
+            return result_values(r)
+        return self.tolist(r)
 
     def expected(self, values, dtype: str):
         """What :meth:`values` gives for a result holding ``values`` of
         ``dtype`` (``float64`` or ``float32``): the values, or their bytes
         in C order for a shapeless consumer."""
-        if not self.shapeless:
-            return values
-        flat, pending = [], [values]
-        while pending:
-            v = pending.pop()
-            if isinstance(v, list):
-                pending.extend(reversed(v))
-            else:
-                flat.append(v)
-        return struct.pack(f"<{len(flat)}{'d' if dtype == 'float64' else 'f'}", *flat)
+        if self.shapeless:
+            flat, pending = [], [values]
+            while pending:
+                v = pending.pop()
+                if isinstance(v, list):
+                    pending.extend(reversed(v))
+                else:
+                    flat.append(v)
+            return struct.pack(f"<{len(flat)}{'d' if dtype == 'float64' else 'f'}", *flat)
+        return values
 
     def take(self, x, **kwargs):
         """``from_dlpack(x, **kwargs)``, handing a capsule-taking one the
@@ -259,16 +263,18 @@ class Consumer:
             x = x.__dlpack__(**self.capsule_request)
         return self.from_dlpack(x, **kwargs)
 
+    # Each fallback stands alone under its `if`: a reproduction of a library
+    # whose adapter gives the option carries neither it nor what it reads.
     def pointer(self, r) -> int:
-        if self.data_ptr is not None:
-            return self.data_ptr(r)
-        return data_pointer(r)
+        if self.data_ptr is None:
+            return data_pointer(r)
+        return self.data_ptr(r)
 
     def is_readonly(self, r) -> bool | None:
-        if self.readonly is not None:
-            return self.readonly(r)
-        info = read_capsule(export_any(r))
-        return bool(info["flags"] & FLAG_READ_ONLY) if info["versioned"] else None
+        if self.readonly is None:
+            info = read_capsule(export_any(r))
+            return bool(info["flags"] & FLAG_READ_ONLY) if info["versioned"] else None
+        return self.readonly(r)
 
 
 @dataclasses.dataclass
