@@ -46,6 +46,7 @@ FIGURES: dict[str, tuple[str, Callable[[list[Source], list[str]], str]]] = {
     "instruction-standings": ("exchange", render_exchange.exchange_instruction_standings),
     "copies-run": ("copies", render_copies.copies_run),
     "targets": ("copies", render_copies.copies_targets),
+    "copy-instructions": ("copies", render_copies.copies_instructions),
     "pool-run": ("pool_threshold", render_pool.pool_run),
     "pool-table": ("pool_threshold", render_pool.pool_table),
     "pool-threshold": ("pool_threshold", render_pool.pool_threshold),

@@ -44,6 +44,23 @@ def copies_targets(sources, args) -> str:
             f"(input + output):\n\n{mem}\n\n{pic}")
 
 
+def copies_instructions(sources, args) -> str:
+    """The 1 KiB own-copy cases in instructions per call beside their clock
+    ratio: the figure the load does not move."""
+    d = sources[0].need()
+    rows = [r for r in d["rows"] if r.get("instructions")]
+    if not rows:
+        return "This run counted no instructions (valgrind was not installed, or it ran with `--no-instructions`)."
+    body = []
+    for r in rows:
+        i = r["instructions"]
+        ref = next(k for k in i if k not in ("dlpack_ref", "statement", "reference_statement", "ratio", "pass"))
+        body.append([r["case"], f"{i['dlpack_ref']:,.0f}", f"{ref} {i[ref]:,.0f}", f"{i['ratio']:.2f}",
+                     f"{r['ratio']:.2f}", f"<= {r['limit']}"])
+    table = grid(["case", "dlpack_ref", "reference", "ratio in instructions", "ratio in time", "target"], body)
+    return "\n".join(_case_as_code(line) for line in table.splitlines())
+
+
 def _case_as_code(line: str) -> str:
     """A table row whose first cell is written as code (its escapes undone)."""
     if not line.startswith("| ") or line.startswith("| case |"):
