@@ -1,7 +1,8 @@
 """Copies and dtype conversions side by side with NumPy, torch and ml_dtypes,
 in one process, the compared calls interleaved (dlpack_ref.bench.timing).
 
-    python benchmarks/bench_copies.py [--quick] [--big] [--only TEXT] [--no-instructions] [--json PATH] [--png PATH]
+    python benchmarks/bench_copies.py [--quick] [--big] [--only TEXT] [--json PATH] [--png PATH]
+    python benchmarks/bench_copies.py --instructions-only   # the counts alone
 
 Prints every case with its best reference (NumPy, PyTorch at its default
 threads, ml_dtypes; ``from_dlpack(ndarray, copy=True)`` beside NumPy's
@@ -16,9 +17,10 @@ renders it into docs/benchmarks.md) and a chart benchmarks/results/copies.png
 (drawn by this run, or removed when matplotlib is missing: a chart never
 shows another run's numbers). ``--big`` adds the 1 GiB copies
 (about 4 GiB of memory). The 1 KiB copies of host memory at the cost of
-x's own (OWN_COPY_1KIB) are also counted in instructions per call beside
-the clock (callgrind, where valgrind is installed; ``--no-instructions``
-leaves that out). Instruction counts of the other short calls:
+x's own (OWN_COPY_1KIB) are also counted in instructions per call, the
+figure the load does not move (callgrind, where valgrind is installed), and
+saved to benchmarks/results/copies_instructions.json (``--no-instructions``
+leaves that out; ``--instructions-only`` counts without timing). Instruction counts of the other short calls:
 benchmarks/callgrind_exchange.py.
 """
 
@@ -129,31 +131,43 @@ def own_copy_cases(size: int, n) -> list:
     return []
 
 
-def count_instructions(rows: list) -> None:
+def count_instructions() -> list:
     """Instructions per call of the 1 KiB own-copy cases and their
-    references beside the clock (dlpack_ref.bench.callgrind: one child under
-    callgrind, N and 2N calls, the loop's own cost subtracted), added to
-    their rows as ``instructions``; said and left out where valgrind cannot
-    count."""
+    references (dlpack_ref.bench.callgrind: one child under callgrind, N and
+    2N calls, the loop's own cost subtracted): a row a case, with the ratio
+    and its target; empty, said, where valgrind cannot count."""
     from dlpack_ref.bench import callgrind
-    wanted = {case: (ours, ref_name, ref) for case, ours, ref_name, ref, _ in OWN_COPY_1KIB}
-    counted = [r for r in rows if r["case"] in wanted]
     why = callgrind.missing()
-    if not counted or why:
-        if counted:
-            print(f"  instructions not counted: {why}")
-        return
-    statements = sorted({s for ours, _, ref in wanted.values() for s in (ours, ref)})
+    if why:
+        print(f"  instructions not counted: {why}")
+        return []
+    statements = sorted({s for _, ours, _, ref, _ in OWN_COPY_1KIB for s in (ours, ref)})
     counts, _ = callgrind.count("dlpack_ref.bench.callgrind:source_calls",
                                 [OWN_COPY_SETUP, {s: s for s in statements}], INSTRUCTION_LOOPS)
-    for row in counted:
-        ours, ref_name, ref = wanted[row["case"]]
-        row["instructions"] = {"dlpack_ref": counts[ours], ref_name: counts[ref], "statement": ours,
-                               "reference_statement": ref, "ratio": counts[ours] / counts[ref],
-                               "pass": counts[ours] / counts[ref] <= row["limit"]}
-        i = row["instructions"]
-        print(f"  {row['case']:48s} {i['dlpack_ref']:8.0f} instructions  {ref_name:9s} {i[ref_name]:8.0f}  "
-              f"ratio {i['ratio']:5.2f} (target <= {row['limit']}) {'pass' if i['pass'] else 'FAIL'}", flush=True)
+    rows = []
+    for case, ours, ref_name, ref, limit in OWN_COPY_1KIB:
+        ratio = counts[ours] / counts[ref]
+        rows.append({"case": case, "limit": limit, "reference": ref_name, "ratio": ratio, "pass": ratio <= limit,
+                     "instructions": {"dlpack_ref": counts[ours], ref_name: counts[ref]},
+                     "statements": {"dlpack_ref": ours, ref_name: ref}})
+        print(f"  {case:58s} {counts[ours]:7.0f}  {ref_name:12s} {counts[ref]:7.0f}  "
+              f"ratio {ratio:5.2f} (target <= {limit}) {'pass' if ratio <= limit else 'FAIL'}", flush=True)
+    return rows
+
+
+def save_instructions(path: str) -> None:
+    """Count the 1 KiB own-copy cases and save them to `path` with their run
+    (benchmarks/runinfo.py; the load does not move the counts)."""
+    began = runinfo.start()
+    print(f"instructions per call (callgrind, {INSTRUCTION_LOOPS} and {2 * INSTRUCTION_LOOPS} calls)")
+    rows = count_instructions()
+    if not rows:
+        return
+    run = runinfo.record(began, modules=["numpy"], settings={"loops": INSTRUCTION_LOOPS, "setup": OWN_COPY_SETUP})
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump({**run, "rows": rows}, f, indent=2)
+    print(f"saved {path}")
 
 
 def conversion_cases() -> list:
@@ -365,9 +379,15 @@ def main(argv=None) -> int:
     p.add_argument("--only", metavar="TEXT", help="only the cases whose name contains TEXT (nothing is saved)")
     p.add_argument("--no-instructions", action="store_true",
                    help="leave out the instruction counts of the 1 KiB own-copy cases (callgrind)")
+    p.add_argument("--instructions-only", action="store_true",
+                   help="only count the 1 KiB own-copy cases in instructions (no timing)")
     p.add_argument("--json", default=os.path.join(HERE, "results", "copies.json"))
+    p.add_argument("--instructions-json", default=os.path.join(HERE, "results", "copies_instructions.json"))
     p.add_argument("--png", default=os.path.join(HERE, "results", "copies.png"))
     args = p.parse_args(argv)
+    if args.instructions_only:
+        save_instructions(args.instructions_json)
+        return 0
     rounds = 7 if args.quick else 31
     start = runinfo.start()
     print(f"load average at start: {start['load_average'][0]:.2f} on {start['cores']} CPUs")
@@ -380,9 +400,6 @@ def main(argv=None) -> int:
                 continue
         print(title)
         rows += measure(cases, rounds)
-    if not args.no_instructions:
-        print(f"instructions per call (callgrind, {INSTRUCTION_LOOPS} and {2 * INSTRUCTION_LOOPS} calls)")
-        count_instructions(rows)
     if args.only:
         return 0
     print("peak memory")
@@ -404,6 +421,8 @@ def main(argv=None) -> int:
     with open(args.json, "w") as f:
         json.dump({**run, "chart": chart, "rows": rows, "memory": memory}, f, indent=2)
     print(f"saved {args.json}")
+    if not args.no_instructions:
+        save_instructions(args.instructions_json)
     return 0
 
 
