@@ -199,13 +199,13 @@ cdef Array _ndarray_dlpack_copy(object obj):
 
 
 # Copies read from an ndarray's head, for the tests: proof that a call took
-# the head read (its result is the same as the other routes').
-cdef Py_ssize_t _head_copies = 0
+# the head read (its result is the same as the other routes'). Added to
+# atomically: threads copy at once without the GIL on free-threaded builds.
+cdef int64_t _head_copies = 0
 
 
 cdef inline void _count_head_copy() noexcept:
-    global _head_copies
-    _head_copies += 1
+    dlref_atomic_add(&_head_copies, 1)
 
 
 def _ndarray_head_copies():
