@@ -2,6 +2,7 @@
 in one process, the compared calls interleaved (dlpack_ref.bench.timing).
 
     python benchmarks/bench_copies.py [--quick] [--big] [--only TEXT] [--json PATH] [--png PATH]
+    python benchmarks/bench_copies.py --instructions-only   # the counts alone
 
 Prints every case with its best reference (NumPy, PyTorch at its default
 threads, ml_dtypes; ``from_dlpack(ndarray, copy=True)`` beside NumPy's
@@ -15,7 +16,11 @@ the settings and the versions: benchmarks/runinfo.py; tools/docs_figures.py
 renders it into docs/benchmarks.md) and a chart benchmarks/results/copies.png
 (drawn by this run, or removed when matplotlib is missing: a chart never
 shows another run's numbers). ``--big`` adds the 1 GiB copies
-(about 4 GiB of memory). Instruction counts of the short calls:
+(about 4 GiB of memory). The 1 KiB copies of host memory at the cost of
+x's own (OWN_COPY_1KIB) are also counted in instructions per call, the
+figure the load does not move (callgrind, where valgrind is installed), and
+saved to benchmarks/results/copies_instructions.json (``--no-instructions``
+leaves that out; ``--instructions-only`` counts without timing). Instruction counts of the other short calls:
 benchmarks/callgrind_exchange.py.
 """
 
@@ -92,6 +97,22 @@ def copy_cases(big: bool) -> list:
     return cases
 
 
+# The 1 KiB copies of host memory at the cost of x's own copy, as source:
+# timed here on the same statements that callgrind counts in a child of its
+# own (count_instructions). (case, ours, reference name, reference, target)
+OWN_COPY_SETUP = "import numpy as np, dlpack_ref as dr\nn = np.ones(128)\nown = dr.from_dlpack(n).copy()"
+OWN_COPY_1KIB = [
+    ("from_dlpack(ndarray, copy=True) 1 KiB vs numpy.from_dlpack", "dr.from_dlpack(n, copy=True)",
+     "numpy", "np.from_dlpack(n, copy=True)", 1.1),
+    ("from_dlpack(ndarray, copy=True) 1 KiB vs ndarray.copy()", "dr.from_dlpack(n, copy=True)",
+     "numpy", "n.copy()", 1.5),
+    ("from_dlpack(Array, copy=True) 1 KiB vs numpy.from_dlpack", "dr.from_dlpack(own, copy=True)",
+     "numpy", "np.from_dlpack(own, copy=True)", 1.1),
+    ("from_dlpack(Array, copy=True) 1 KiB vs Array.copy()", "dr.from_dlpack(own, copy=True)",
+     "Array.copy()", "own.copy()", 1.5),
+]
+
+
 def own_copy_cases(size: int, n) -> list:
     """from_dlpack(x, copy=True) of host memory at the cost of x's own copy:
     at 1 KiB, x a NumPy array or a dlpack_ref Array (its own memory), within
@@ -99,17 +120,54 @@ def own_copy_cases(size: int, n) -> list:
     from a NumPy array within 1.05x of the same copy from an Array."""
     own = dr.from_dlpack(n).copy()
     if size == KIB:
-        return [("contiguous copy", f"from_dlpack({kind}, copy=True) 1 KiB vs {ref_name}",
-                 lambda x=x: dr.from_dlpack(x, copy=True), {ref_key: ref}, limit)
-                for kind, x in (("ndarray", n), ("Array", own))
-                for ref_name, ref_key, ref, limit in (
-                    ("numpy.from_dlpack", "numpy", lambda x=x: np.from_dlpack(x, copy=True), 1.1),
-                    (f"{kind}.copy()", "numpy" if kind == "ndarray" else "Array.copy()", x.copy, 1.5))]
+        names = {"np": np, "dr": dr, "n": n, "own": own}
+        call = (lambda source: eval(f"lambda: {source}", names))   # noqa: S307 - this file's own statements
+        return [("contiguous copy", case, call(ours), {ref_name: call(ref)}, limit)
+                for case, ours, ref_name, ref, limit in OWN_COPY_1KIB]
     if size == 64 * MIB:
         return [("contiguous copy", "from_dlpack(ndarray, copy=True) 64 MiB vs from an Array",
                  lambda: dr.from_dlpack(n, copy=True), {"from_dlpack(Array)": lambda: dr.from_dlpack(own, copy=True)},
                  1.05)]
     return []
+
+
+def count_instructions() -> list:
+    """Instructions per call of the 1 KiB own-copy cases and their
+    references (dlpack_ref.bench.callgrind: one child under callgrind, N and
+    2N calls, the loop's own cost subtracted): a row a case, with the ratio
+    and its target; empty, said, where valgrind cannot count."""
+    from dlpack_ref.bench import callgrind
+    why = callgrind.missing()
+    if why:
+        print(f"  instructions not counted: {why}")
+        return []
+    statements = sorted({s for _, ours, _, ref, _ in OWN_COPY_1KIB for s in (ours, ref)})
+    counts, _ = callgrind.count("dlpack_ref.bench.callgrind:source_calls",
+                                [OWN_COPY_SETUP, {s: s for s in statements}], INSTRUCTION_LOOPS)
+    rows = []
+    for case, ours, ref_name, ref, limit in OWN_COPY_1KIB:
+        ratio = counts[ours] / counts[ref]
+        rows.append({"case": case, "limit": limit, "reference": ref_name, "ratio": ratio, "pass": ratio <= limit,
+                     "instructions": {"dlpack_ref": counts[ours], ref_name: counts[ref]},
+                     "statements": {"dlpack_ref": ours, ref_name: ref}})
+        print(f"  {case:58s} {counts[ours]:7.0f}  {ref_name:12s} {counts[ref]:7.0f}  "
+              f"ratio {ratio:5.2f} (target <= {limit}) {'pass' if ratio <= limit else 'FAIL'}", flush=True)
+    return rows
+
+
+def save_instructions(path: str) -> None:
+    """Count the 1 KiB own-copy cases and save them to `path` with their run
+    (benchmarks/runinfo.py; the load does not move the counts)."""
+    began = runinfo.start()
+    print(f"instructions per call (callgrind, {INSTRUCTION_LOOPS} and {2 * INSTRUCTION_LOOPS} calls)")
+    rows = count_instructions()
+    if not rows:
+        return
+    run = runinfo.record(began, modules=["numpy"], settings={"loops": INSTRUCTION_LOOPS, "setup": OWN_COPY_SETUP})
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump({**run, "rows": rows}, f, indent=2)
+    print(f"saved {path}")
 
 
 def conversion_cases() -> list:
@@ -170,6 +228,9 @@ def size_target(nbytes: int) -> float:
     from 1 MiB of input on, 1.1 below."""
     return 1.0 if nbytes >= MIB else 1.1
 
+
+# N of the instruction counts: each counted call runs N and 2N times.
+INSTRUCTION_LOOPS = 2000
 
 # PyTorch's OpenMP workers spin for about 10 ms after each call (libgomp's
 # default wait policy), so a sample started sooner would share a core with them.
@@ -316,9 +377,17 @@ def main(argv=None) -> int:
     p.add_argument("--quick", action="store_true", help="fewer rounds (a smoke run)")
     p.add_argument("--big", action="store_true", help="add the 1 GiB copies")
     p.add_argument("--only", metavar="TEXT", help="only the cases whose name contains TEXT (nothing is saved)")
+    p.add_argument("--no-instructions", action="store_true",
+                   help="leave out the instruction counts of the 1 KiB own-copy cases (callgrind)")
+    p.add_argument("--instructions-only", action="store_true",
+                   help="only count the 1 KiB own-copy cases in instructions (no timing)")
     p.add_argument("--json", default=os.path.join(HERE, "results", "copies.json"))
+    p.add_argument("--instructions-json", default=os.path.join(HERE, "results", "copies_instructions.json"))
     p.add_argument("--png", default=os.path.join(HERE, "results", "copies.png"))
     args = p.parse_args(argv)
+    if args.instructions_only:
+        save_instructions(args.instructions_json)
+        return 0
     rounds = 7 if args.quick else 31
     start = runinfo.start()
     print(f"load average at start: {start['load_average'][0]:.2f} on {start['cores']} CPUs")
@@ -352,6 +421,8 @@ def main(argv=None) -> int:
     with open(args.json, "w") as f:
         json.dump({**run, "chart": chart, "rows": rows, "memory": memory}, f, indent=2)
     print(f"saved {args.json}")
+    if not args.no_instructions:
+        save_instructions(args.instructions_json)
     return 0
 
 

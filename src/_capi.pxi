@@ -40,6 +40,7 @@ cdef extern from "dlref_pool.h":
     void dlref_pool_set_size(int n) nogil
     int dlref_pool_available_cores() nogil
     int dlref_pool_workers_started() nogil
+    void dlref_atomic_add(int64_t* total, int64_t n) nogil
 
 _NUM_THREADS_ENV = "DLPACK_REF_NUM_THREADS"
 

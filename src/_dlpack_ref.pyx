@@ -51,6 +51,8 @@ include "_cuda_copies.pxi"
 include "_values.pxi"
 # Export: __dlpack__ arguments, the buffer protocol, the one allocation per capsule.
 include "_export.pxi"
+# NumPy's ndarray read from its head, with no export: the copies asarray and from_dlpack make of one.
+include "_ndarray.pxi"
 # Import: capsule intake, from_dlpack, inspect, buffer import.
 include "_import.pxi"
 # Creation: asarray's dispatch over every kind of input, and zeros.

@@ -72,14 +72,8 @@ cdef int _api_current_work_stream(DLDeviceType device_type, int32_t device_id,
 
 
 cdef DLPackExchangeAPI _exchange_api
-_exchange_api.header.version.major = DLPACK_MAJOR_VERSION
-_exchange_api.header.version.minor = DLPACK_MINOR_VERSION
-_exchange_api.header.prev_api = NULL
-_exchange_api.managed_tensor_allocator = _api_allocator
-_exchange_api.managed_tensor_from_py_object_no_sync = _api_from_py_object
-_exchange_api.managed_tensor_to_py_object_no_sync = _api_to_py_object
-_exchange_api.dltensor_from_py_object_no_sync = _api_dltensor_view
-_exchange_api.current_work_stream = _api_current_work_stream
+dlpack_ref_exchange_table_init(&_exchange_api, _api_allocator, _api_from_py_object, _api_to_py_object,
+                               _api_dltensor_view, _api_current_work_stream)
 
 (<dict><object>(<_TypeObjectWithDict*>Array).tp_dict)["__dlpack_c_exchange_api__"] = \
     PyCapsule_New(&_exchange_api, DLPACK_REF_CAPSULE_EXCHANGE_API, NULL)

@@ -190,7 +190,8 @@ def from_dlpack(x, /, *, device=None, copy=None):
     there in place is kept under its true device type). ``copy``: True always
     copies, False never does (CopyForbiddenError when one is needed), None
     copies only when needed. ``copy=True`` of CPU memory wanted on the CPU is
-    copied here, on the worker pool, from the producer's tensor in place;
+    copied here, on the worker pool, from the producer's tensor in place (of
+    an exact ``numpy.ndarray``, read from the array itself with no export);
     otherwise the producer moves or copies data itself when it can, and an
     older producer's data is moved here.
     """
@@ -226,6 +227,13 @@ cdef Array _from_dlpack(object x, object device, object copy):
         # One of ours in host memory with no copy pending into it, copied
         # on the host: its own copy (Array.copy), with no export to itself.
         return _copy_to(<Array>x, (<Array>x)._device, None)
+    if copy is True and type(x) is _ndarray_type() and (
+            not have_target or (target.device_type == kDLCPU and target.device_id == 0)):
+        # An exact NumPy array (host memory, its __dlpack__ not overridable)
+        # copied on the host: read from its head, with no export to ask for.
+        a = _ndarray_dlpack_copy(x)
+        if a is not None:
+            return a
     if PyCapsule_CheckExact(x):
         a = _array_from_capsule(x)
         return _finish_import(a, x, target if have_target else a._device, copy, False)

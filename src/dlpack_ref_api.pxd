@@ -284,7 +284,8 @@ cdef extern from "dlpack_ref.h":
     # type from the description its __dlpack__ uses. C adopters define the
     # table with the DLPACK_REF_EXCHANGE_TABLE macro; a Cython adopter writes
     # the five functions of its static DLPackExchangeAPI as one-line calls of
-    # the dlpack_ref_exchange_* functions with its static spec.
+    # the dlpack_ref_exchange_* functions with its static spec, and fills the
+    # table with dlpack_ref_exchange_table_init.
     ctypedef struct dlpack_ref_exchange_spec:
         PyTypeObject* type
         int (*describe)(PyObject* obj, dlpack_ref_producer* out) except -1
@@ -306,6 +307,11 @@ cdef extern from "dlpack_ref.h":
     int dlpack_ref_exchange_no_stream(DLDeviceType device_type, int32_t device_id, void** out) except -1
     int dlpack_ref_exchange_stream_of(const dlpack_ref_exchange_spec* spec, DLDeviceType device_type,
                                       int32_t device_id, void** out) except -1
+    void dlpack_ref_exchange_table_init(DLPackExchangeAPI* table, DLPackManagedTensorAllocator allocator,
+                                        DLPackManagedTensorFromPyObjectNoSync from_py,
+                                        DLPackManagedTensorToPyObjectNoSync to_py,
+                                        DLPackDLTensorFromPyObjectNoSync view,
+                                        DLPackCurrentWorkStream current_work_stream)
     int dlpack_ref_publish_exchange_api(PyTypeObject* type, DLPackExchangeAPI* table) except -1
 
     # the consumer protocol: from_dlpack(x, device=device, copy=copy) up to

@@ -93,6 +93,34 @@ def test_a_broken_library_fails_exactly_on_the_rules_not_allowed(broken_project)
     assert _failed_but_asan_hangs(one_left) == ["consumer.copy_true"]
 
 
+GATE_ALLOWING_COPY_TRUE = """
+from dlpack_ref.conformance import gate
+
+_verdict = gate.verdict
+
+
+def verdict(library, result, allow):
+    if result.rule.id == "consumer.copy_true":
+        return False, "allowed by this gate"
+    return _verdict(library, result, allow)
+
+
+gate.verdict = verdict
+"""
+
+
+def test_the_plugin_takes_the_gates_verdict(broken_project):
+    # One verdict serves the command line, assert_conforms and the plugin: a
+    # gate that allows consumer.copy_true (no allow file says so) makes the
+    # plugin xfail it with the gate's reason, and still fail the other rule.
+    broken_project.makeconftest(GATE_ALLOWING_COPY_TRUE)
+    result = broken_project.runpytest_subprocess("-p", "no:cacheprovider", "-k", "consumer.copy_true or shape_null",
+                                                 "-rxf")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    assert _failed_but_asan_hangs(result) == ["consumer.shape_null"]
+    assert _outcomes(result).get("xfailed") == 1 and "allowed by this gate" in result.stdout.str()
+
+
 def test_rules_are_selectable_with_k(broken_project):
     listed = broken_project.runpytest("-p", "no:cacheprovider", "-k", "copy_true", "--collect-only", "-q")
     assert sorted(re.findall(r"::test_dlpack::(\S+)", listed.stdout.str())) == [

@@ -6,11 +6,16 @@ paths of small calls."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 import dlpack_ref as dr
 
 np = pytest.importorskip("numpy")
+
+from test_asarray import HEAD_VIEWS  # noqa: E402 - NumPy first: that file needs it
 
 VIEWS = {
     "dense": lambda x: x,
@@ -111,6 +116,88 @@ def test_copy_true_of_numpy_is_memory_dlpack_ref_allocated(n):
     out = dr.from_dlpack(x, copy=True)
     assert out.data_ptr != x.ctypes.data and np.array_equal(np.asarray(out), x)
     assert _host_memory_holders(out) == 1
+
+
+# --- from_dlpack(ndarray, copy=True): the DLPack route's copy, with no export ---------
+
+def _copy_outcome(make_copy):
+    """What a copy=True import gives: the result's dtype, shape, strides,
+    values, writability and owner of its memory, or the refusal."""
+    try:
+        out = make_copy()
+    except Exception as exc:   # noqa: BLE001 - the outcome compared is the exception
+        return type(exc), str(exc)
+    return (out.dtype, out.shape, out.strides, out.device, out.tolist(), out.readonly,
+            dr._dlpack_ref._host_memory_holders(out))
+
+
+def _head_copies_of(make_copy):
+    """(the outcome of make_copy, how many ndarray head reads it made)."""
+    before = dr._dlpack_ref._ndarray_head_copies()
+    outcome = _copy_outcome(make_copy)
+    return outcome, dr._dlpack_ref._ndarray_head_copies() - before
+
+
+@pytest.mark.thread_unsafe(reason="counts the core's head reads, which other threads' copies add to")
+@pytest.mark.parametrize("device", [None, "cpu"])
+@pytest.mark.parametrize("dtype", ["?", "b", "B", "h", "H", "i", "I", "l", "L", "q", "Q", "e", "f", "d", "F", "D"])
+@pytest.mark.parametrize("view", sorted(HEAD_VIEWS))
+def test_copy_true_of_an_ndarray_is_read_from_it_as_the_dlpack_route_copies(view, dtype, device):
+    # An exact ndarray copied on the host is read from its own fields, with
+    # no __dlpack__ call; what comes back is exactly what the DLPack route
+    # (NumPy's tensor in place, copied here) gives for the same memory.
+    dr.from_dlpack(np.arange(3.0), copy=True)   # the head's layout is checked on a non-empty array
+    x = HEAD_VIEWS[view]((np.arange(6 * 5 * 7) % 97).astype(dtype).reshape(6, 5, 7))
+    got, head_reads = _head_copies_of(lambda: dr.from_dlpack(x, device=device, copy=True))
+    assert head_reads == 1
+    assert got == _copy_outcome(lambda: dr.from_dlpack(_Recording(x), device=device, copy=True))
+    assert got[5] is False and got[6] == 1   # writable, memory of its own
+    if x.size:
+        assert dr.from_dlpack(x, copy=True).data_ptr != x.ctypes.data
+
+
+class _OwnDLPack(np.ndarray):
+    """An ndarray subclass whose own __dlpack__ must be the one asked."""
+
+    def __dlpack__(self, **kwargs):
+        raise BufferError(f"this subclass exports nothing ({sorted(kwargs)})")
+
+
+@pytest.mark.thread_unsafe(reason="counts the core's head reads, which other threads' copies add to")
+@pytest.mark.parametrize("make", [
+    lambda: np.arange(3, dtype=">f8"),
+    lambda: np.arange(3, dtype=np.longdouble),
+    lambda: np.array([1, None], dtype=object),
+    lambda: np.array(["2020-01-01"], dtype="M8[D]"),
+    lambda: np.zeros(2, dtype=[("a", "i4"), ("b", "f8")]),
+    lambda: np.ndarray((3,), np.float64, buffer=bytearray(40), strides=(12,)),
+    lambda: np.arange(3.0).view(_OwnDLPack),
+], ids=["big-endian", "longdouble", "object", "datetime", "structured", "strides-not-items", "subclass"])
+def test_copy_true_of_an_ndarray_the_head_read_leaves_to_numpy_gets_numpys_answer(make):
+    # Whatever NumPy's own export could answer otherwise (a type, byte order
+    # or strides it refuses or describes its own way, an overridden
+    # __dlpack__) takes the DLPack route: NumPy's result or refusal, as before.
+    dr.from_dlpack(np.arange(3.0), copy=True)
+    got, head_reads = _head_copies_of(lambda: dr.from_dlpack(make(), copy=True))
+    assert head_reads == 0
+    assert got == _copy_outcome(lambda: dr.from_dlpack(_Recording(make()), copy=True))
+
+
+def test_copy_true_of_an_ndarray_takes_the_dlpack_route_under_a_numpy_that_refuses_read_only_exports():
+    # Before NumPy 2.1 its __dlpack__ has no max_version and refuses to
+    # export a read-only array: there the head read, which would copy one,
+    # is not taken, so every array gets NumPy's own answer.
+    script = (
+        "import numpy as np, dlpack_ref as dr\n"
+        "np.__version__ = '2.0.2'\n"
+        "x = np.arange(4.0)\n"
+        "out = dr.from_dlpack(x, copy=True)\n"
+        "assert out.tolist() == [0.0, 1.0, 2.0, 3.0] and out.data_ptr != x.ctypes.data\n"
+        "assert dr._dlpack_ref._ndarray_head_copies() == 0, dr._dlpack_ref._ndarray_head_copies()\n"
+        "dr.asarray(x, copy=True)\n"   # asarray's copy asks no export of NumPy: read from the head still
+        "assert dr._dlpack_ref._ndarray_head_copies() == 1\n")
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
 
 
 def test_assignment_with_broadcasting_and_steps():

@@ -297,6 +297,19 @@ def test_two_check_reports_make_one_summary_and_a_matrix_each(tree):
     assert figures.ecosystem_exchange(sources, []).count("producer \\\\ consumer") == 2
 
 
+def test_the_ecosystem_page_marks_a_result_as_the_ecosystem_table_does(tree):
+    # One cell function: the page's rule matrix and `python -m
+    # dlpack_ref.conformance.ecosystem` write a result the same way.
+    from dlpack_ref.conformance import ecosystem
+    render_ecosystem = sys.modules["figures.render_ecosystem"]
+    assert render_ecosystem.cell is ecosystem.cell
+    crashed = numpy_lib()
+    crashed["results"][0].update(status="fail", crash="killed by SIGSEGV")
+    (tree / "benchmarks" / "results" / "ecosystem_2.json").write_text(json.dumps(check_report([crashed])))
+    rules = figures.ecosystem_rules([figures.source("benchmarks/results/ecosystem_2.json")], [])
+    assert f"| {ecosystem.cell(crashed['results'][0])} |" in rules
+
+
 def test_slim_drops_the_reproductions_and_keeps_the_rest(tmp_path):
     report = check_report([numpy_lib()])
     report["libraries"][0]["results"][1]["reproduction"] = "import numpy\n" * 100

@@ -693,3 +693,53 @@ def test_a_working_current_work_stream_imports_cuda_data_in_place(hostile_lib, f
     del a
     gc.collect()
     assert factory.deleter_calls == 1
+
+
+# --- a table filled by the header (a Cython adopter, the core) -------------------
+
+TABLE_PROBE = r"""
+#include <Python.h>
+#include "dlpack_ref.h"
+
+static int alloc_fn(DLTensor* p, DLManagedTensorVersioned** o, void* c, void (*e)(void*, const char*, const char*)) {
+    (void)p; (void)o; (void)c; (void)e; return 0;
+}
+static int from_fn(void* obj, DLManagedTensorVersioned** out) { (void)obj; (void)out; return 0; }
+static int to_fn(DLManagedTensorVersioned* t, void** out) { (void)t; (void)out; return 0; }
+static int view_fn(void* obj, DLTensor* out) { (void)obj; (void)out; return 0; }
+static int stream_fn(DLDeviceType t, int32_t id, void** out) { (void)t; (void)id; (void)out; return 0; }
+
+/* filled(): what dlpack_ref_exchange_table_init writes over a table of garbage. */
+static PyObject* filled(PyObject* self, PyObject* unused) {
+    DLPackExchangeAPI table;
+    (void)self; (void)unused;
+    memset(&table, 0xAB, sizeof table);
+    dlpack_ref_exchange_table_init(&table, alloc_fn, from_fn, to_fn, view_fn, stream_fn);
+    return Py_BuildValue("(IIiiiiii)", (unsigned)table.header.version.major, (unsigned)table.header.version.minor,
+                         table.header.prev_api == NULL, table.managed_tensor_allocator == alloc_fn,
+                         table.managed_tensor_from_py_object_no_sync == from_fn,
+                         table.managed_tensor_to_py_object_no_sync == to_fn,
+                         table.dltensor_from_py_object_no_sync == view_fn, table.current_work_stream == stream_fn);
+}
+
+static PyMethodDef methods[] = {{"filled", filled, METH_NOARGS, NULL}, {NULL, NULL, 0, NULL}};
+static struct PyModuleDef def = {PyModuleDef_HEAD_INIT, "table_probe", NULL, -1, methods, NULL, NULL, NULL, NULL};
+PyMODINIT_FUNC PyInit_table_probe(void) { return PyModule_Create(&def); }
+"""
+
+
+def test_the_header_fills_a_table_written_out_by_hand(tmp_path):
+    # dlpack_ref_exchange_table_init: the one place a table's header (1.3,
+    # prev_api NULL) and five functions are written, for the core and the
+    # Cython adopter, whose functions are their own.
+    import importlib.util
+
+    from support.build_ext import compile_c_extension
+
+    source = tmp_path / "table_probe.c"
+    source.write_text(TABLE_PROBE)
+    so = compile_c_extension(source, tmp_path, c_include=[dlpack_ref.get_include()])
+    spec = importlib.util.spec_from_file_location("table_probe", so)
+    probe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(probe)
+    assert probe.filled() == (*dlpack_ref.DLPACK_VERSION, 1, 1, 1, 1, 1, 1)

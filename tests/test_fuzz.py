@@ -29,19 +29,9 @@ from hypothesis import strategies as st
 
 import dlpack_ref
 from dlpack_ref.cuda import CUDAUnavailableError
-from dlpack_ref.testing import (
-    FLAG_IS_COPIED,
-    FLAG_IS_SUBBYTE_TYPE_PADDED,
-    FLAG_READ_ONLY,
-    NAME_LEGACY,
-    NAME_USED_LEGACY,
-    NAME_USED_VERSIONED,
-    NAME_VERSIONED,
-    CapsuleFactory,
-    ForeignProducer,
-    capsule_name,
-    read_capsule,
-)
+from dlpack_ref.testing import FLAG_IS_COPIED, FLAG_IS_SUBBYTE_TYPE_PADDED, FLAG_READ_ONLY
+from dlpack_ref.testing import NAME_LEGACY, NAME_USED_LEGACY, NAME_USED_VERSIONED, NAME_VERSIONED
+from dlpack_ref.testing import CapsuleFactory, ForeignProducer, capsule_name, read_capsule
 
 CHILD = os.environ.get("DLPACK_REF_FUZZ_CHILD") == "1"
 EXAMPLES = int(os.environ.get("DLPACK_REF_FUZZ_EXAMPLES", "300"))

@@ -289,12 +289,18 @@ def _holders(a):
     return _host_memory_holders(a)
 
 
+def _exported(memory, max_version):
+    """An array of `memory`, its reference count and memory holders before
+    its export, and the capsule of that export."""
+    a = MEMORY[memory](4)
+    start, holders = sys.getrefcount(a), _holders(a)
+    return a, start, holders, a.__dlpack__(max_version=max_version)
+
+
 @pytest.mark.parametrize("memory", sorted(MEMORY))
 @pytest.mark.parametrize("max_version", [None, (1, 3)], ids=["legacy", "versioned"])
 def test_unconsumed_capsule_releases_what_it_holds(max_version, memory):
-    a = MEMORY[memory](4)
-    start, holders = sys.getrefcount(a), _holders(a)
-    cap = a.__dlpack__(max_version=max_version)
+    a, start, holders, cap = _exported(memory, max_version)
     if memory == "allocated here":
         assert sys.getrefcount(a) == start and _holders(a) == holders + 1
     else:
@@ -306,9 +312,7 @@ def test_unconsumed_capsule_releases_what_it_holds(max_version, memory):
 @pytest.mark.parametrize("memory", sorted(MEMORY))
 @pytest.mark.parametrize("max_version", [None, (1, 3)], ids=["legacy", "versioned"])
 def test_consumed_capsule_releases_what_it_holds_when_the_consumer_dies(max_version, memory):
-    a = MEMORY[memory](4)
-    start, holders = sys.getrefcount(a), _holders(a)
-    cap = a.__dlpack__(max_version=max_version)
+    a, start, holders, cap = _exported(memory, max_version)
     b = from_dlpack(cap)
     del cap
     if memory == "allocated here":

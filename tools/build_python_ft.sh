@@ -23,13 +23,12 @@ python_bin="$prefix/bin/python3.13t"
 stamp="$prefix/.dlpack-ref-build-stamp"
 stamp_text="python3.13 from Debian trixie; configure ${configure_flags[*]}"
 
-log() { echo "[build_python_ft] $*" >&2; }
+# shellcheck source=tools/build_lock.sh
+. "$(dirname "${BASH_SOURCE[0]}")/build_lock.sh"
 
 # The free-threaded lane and the build lane (its cp313t wheel) may ask at
 # once: the second waits here for the first's build.
-mkdir -p "$(dirname "$prefix")"
-exec 9>"$prefix.lock"
-flock 9
+wait_for_build "$prefix"
 
 # A stamped build whose interpreter really runs without the GIL is reused.
 if [[ -f "$stamp" && "$(cat "$stamp")" == "$stamp_text" && -x "$python_bin" ]] \

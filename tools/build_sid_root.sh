@@ -21,12 +21,11 @@ packages=(python3.14 python3.14-dev python3.14-venv python3.14-dbg
 stamp="$root/.dlpack-ref-sid-stamp"
 stamp_text="debian sid minbase; ${packages[*]}"
 
-log() { echo "[build_sid_root] $*" >&2; }
+# shellcheck source=tools/build_lock.sh
+. "$(dirname "${BASH_SOURCE[0]}")/build_lock.sh"
 
 # CI runs two lanes at once: the second waits here for the first's build.
-mkdir -p "$(dirname "$root")"
-exec 9>"$root.lock"
-flock 9
+wait_for_build "$root"
 
 # The lanes' child processes and multiprocessing need /proc inside the root.
 mount_proc() {

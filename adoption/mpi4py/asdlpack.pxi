@@ -26,18 +26,12 @@ cdef inline char *dlpack_get_format(DLDataType dtype) noexcept nogil:
         return b"B"
     if code == kDLBool:
         if bits == 8: return b"?"
-    if code == kDLInt:
-        if bits == 8*sizeof(char):      return b"b"
-        if bits == 8*sizeof(short):     return b"h"
-        if bits == 8*sizeof(int):       return b"i"
-        if bits == 8*sizeof(long):      return b"l"
-        if bits == 8*sizeof(long long): return b"q"  # ~> long
-    if code == kDLUInt:
-        if bits == 8*sizeof(char):      return b"B"
-        if bits == 8*sizeof(short):     return b"H"
-        if bits == 8*sizeof(int):       return b"I"
-        if bits == 8*sizeof(long):      return b"L"
-        if bits == 8*sizeof(long long): return b"Q"  # ~> long
+    if code == kDLInt or code == kDLUInt:  # signed: lower case, unsigned: upper
+        if bits == 8*sizeof(char):      return b"b" if code == kDLInt else b"B"
+        if bits == 8*sizeof(short):     return b"h" if code == kDLInt else b"H"
+        if bits == 8*sizeof(int):       return b"i" if code == kDLInt else b"I"
+        if bits == 8*sizeof(long):      return b"l" if code == kDLInt else b"L"
+        if bits == 8*sizeof(long long): return b"q" if code == kDLInt else b"Q"  # ~> long
     if code == kDLFloat:
         if bits ==  8*sizeof(float)//2:    return b"e"
         if bits ==  8*sizeof(float):       return b"f"

@@ -219,6 +219,25 @@ static inline int dlpack_ref_exchange_stream_of(const dlpack_ref_exchange_spec* 
         device_type, device_id, out);
 }
 
+/* Fill `table` as a DLPack 1.3 table (header 1.3, prev_api NULL) of the
+ * five functions given: for a table whose functions are written out by hand
+ * (a Cython adopter, which has no DLPACK_REF_EXCHANGE_TABLE, or a producer
+ * with functions of its own). Call it before the table is published. */
+static inline void dlpack_ref_exchange_table_init(DLPackExchangeAPI* table, DLPackManagedTensorAllocator allocator,
+                                                  DLPackManagedTensorFromPyObjectNoSync from_py,
+                                                  DLPackManagedTensorToPyObjectNoSync to_py,
+                                                  DLPackDLTensorFromPyObjectNoSync view,
+                                                  DLPackCurrentWorkStream current_work_stream) {
+    table->header.version.major = DLPACK_MAJOR_VERSION;
+    table->header.version.minor = DLPACK_MINOR_VERSION;
+    table->header.prev_api = NULL;
+    table->managed_tensor_allocator = allocator;
+    table->managed_tensor_from_py_object_no_sync = from_py;
+    table->managed_tensor_to_py_object_no_sync = to_py;
+    table->dltensor_from_py_object_no_sync = view;
+    table->current_work_stream = current_work_stream;
+}
+
 /* Defines `static DLPackExchangeAPI name`, the table of `spec` (a static
  * dlpack_ref_exchange_spec of the same translation unit), and its five
  * functions, which forward to the dlpack_ref_exchange_* calls above. C99

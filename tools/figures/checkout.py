@@ -32,6 +32,8 @@ FILES = {
         ("the libraries to compare installed; valgrind and an interpreter with its symbols for the counts; "
          "matplotlib for the chart")),
     f"{RESULTS}/copies.json": ("python benchmarks/bench_copies.py", "NumPy, PyTorch, ml_dtypes; matplotlib for the chart"),
+    f"{RESULTS}/copies_instructions.json": ("python benchmarks/bench_copies.py --instructions-only",
+                                            "NumPy; valgrind and an interpreter with its symbols"),
     f"{RESULTS}/pool_threshold.json": ("python benchmarks/pool_threshold.py", "NumPy; 2 cores or more"),
     f"{RESULTS}/adoption_producer.json": ("python benchmarks/adoption_producer.py",
                                           "the two numkong builds of adoption/run.sh numkong; valgrind for the counts"),

@@ -47,6 +47,8 @@ FIGURES: dict[str, tuple[str, Callable[[list[Source], list[str]], str]]] = {
     "instruction-standings": ("exchange", render_exchange.exchange_instruction_standings),
     "copies-run": ("copies", render_copies.copies_run),
     "targets": ("copies", render_copies.copies_targets),
+    "copy-instructions-run": ("copies_instructions", render_copies.copies_instructions_run),
+    "copy-instructions": ("copies_instructions", render_copies.copies_instructions),
     "pool-run": ("pool_threshold", render_pool.pool_run),
     "pool-table": ("pool_threshold", render_pool.pool_table),
     "pool-threshold": ("pool_threshold", render_pool.pool_threshold),

@@ -34,7 +34,7 @@ def versions_text(versions: dict) -> str:
 
 
 # Files of counts (instructions, lines of code), which the load does not move.
-COUNTS = {"callgrind_adopter", "adoption_producer", "reproduction_sizes"}
+COUNTS = {"callgrind_adopter", "adoption_producer", "copies_instructions", "reproduction_sizes"}
 
 
 def run_problems(src: Source) -> list[str]:

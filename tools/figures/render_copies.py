@@ -44,6 +44,23 @@ def copies_targets(sources, args) -> str:
             f"(input + output):\n\n{mem}\n\n{pic}")
 
 
+def copies_instructions_run(sources, args) -> str:
+    src = sources[0]
+    s = src.need().get("settings") or {}
+    return run_line(src, f"instructions counted over {s.get('loops', '?')} and {2 * s.get('loops', 0)} calls")
+
+
+def copies_instructions(sources, args) -> str:
+    """The 1 KiB own-copy cases in instructions per call: the figure the load
+    does not move."""
+    rows = sources[0].need()["rows"]
+    body = [[r["case"], r["statements"]["dlpack_ref"], f"{r['instructions']['dlpack_ref']:,.0f}",
+             r["statements"][r["reference"]], f"{r['instructions'][r['reference']]:,.0f}", f"{r['ratio']:.2f}",
+             f"<= {r['limit']}"] for r in rows]
+    table = grid(["case", "call", "instructions", "reference", "instructions", "ratio", "target"], body)
+    return "\n".join(_case_as_code(line) for line in table.splitlines())
+
+
 def _case_as_code(line: str) -> str:
     """A table row whose first cell is written as code (its escapes undone)."""
     if not line.startswith("| ") or line.startswith("| case |"):

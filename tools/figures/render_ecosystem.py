@@ -2,24 +2,18 @@
 
 from __future__ import annotations
 
+from dlpack_ref.conformance.ecosystem import cell
 from dlpack_ref.harness.exchange import cell_text
 from dlpack_ref.harness.output import md_escape
 
 from figures.checkout import NoData, Source
 from figures.formatting import grid
 
-_MARK = {"pass": "ok", "fail": "FAIL", "not supported": "n/s", "error": "ERR"}
-
-
 def _check(src: Source) -> dict:
     d = src.need()
     if "libraries" not in d or "exchange" not in d:
         raise NoData(f"`{src.path}` is not a JSON report of dlpack-ref check")
     return d
-
-
-def _rule_cell(result: dict) -> str:
-    return f"CRASH ({result['crash']})" if result.get("crash") else _MARK[result["status"]]
 
 
 def _reports(sources: list[Source]) -> tuple[list[tuple[int, Source, dict]], str]:
@@ -92,7 +86,7 @@ def ecosystem_rules(sources, args) -> str:
                  if cuda or not r.startswith("cuda.")]
         names = [lib["name"] for lib in libs]
         out.append(f"Run {i}:\n\n" + grid(["rule"] + names, [[rule] + [
-            _rule_cell(results[(n, rule)]) if (n, rule) in results else "-" for n in names] for rule in rules]))
+            cell(results[(n, rule)]) if (n, rule) in results else "-" for n in names] for rule in rules]))
     return "\n\n".join(out + ([note] if note else []))
 
 

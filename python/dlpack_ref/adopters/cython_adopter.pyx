@@ -278,12 +278,5 @@ tensor_spec.describe = spec_describe
 tensor_spec.wrap = spec_wrap
 tensor_spec.allocator = NULL
 tensor_spec.current_work_stream = NULL
-tensor_api.header.version.major = DLPACK_MAJOR_VERSION
-tensor_api.header.version.minor = DLPACK_MINOR_VERSION
-tensor_api.header.prev_api = NULL
-tensor_api.managed_tensor_allocator = api_allocator
-tensor_api.managed_tensor_from_py_object_no_sync = api_from_py
-tensor_api.managed_tensor_to_py_object_no_sync = api_to_py
-tensor_api.dltensor_from_py_object_no_sync = api_view
-tensor_api.current_work_stream = api_stream
+dlpack_ref_exchange_table_init(&tensor_api, api_allocator, api_from_py, api_to_py, api_view, api_stream)
 dlpack_ref_publish_exchange_api(<PyTypeObject*>Tensor, &tensor_api)

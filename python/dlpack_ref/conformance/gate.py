@@ -120,8 +120,18 @@ def stale(results: dict[str, list[Result]], allow: AllowList) -> list[Allowance]
     return found
 
 
+def verdict(library: str, result: Result, allow: AllowList) -> tuple[bool, str | None]:
+    """The gate's verdict on one result of ``library``: (whether it fails the
+    gate, the allowance's reason or None). A FAIL or ERROR result fails the
+    gate unless an allowance covers it; any other result does not. The one
+    verdict of the command line, :func:`assert_conforms` and the pytest
+    plugin."""
+    reason = allow.reason(library, result.rule.id)
+    return result.failed and reason is None, reason
+
+
 def blocking(results: dict[str, list[Result]], allow: AllowList, fail_on: list[str] | None = None) -> list[Result]:
-    """The failures that fail the gate: FAIL or ERROR results not allowed, of
-    the libraries in ``fail_on`` (every library when None)."""
+    """The failures that fail the gate (:func:`verdict`), of the libraries
+    in ``fail_on`` (every library when None)."""
     return [r for lib, rs in results.items() if fail_on is None or lib in fail_on
-            for r in rs if r.failed and allow.reason(lib, r.rule.id) is None]
+            for r in rs if verdict(lib, r, allow)[0]]
