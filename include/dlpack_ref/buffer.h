@@ -24,18 +24,32 @@ static inline void dlpack_ref_priv_buffer_owner_destroy(PyObject* owner) {
 static inline int dlpack_ref_is_contiguous(const DLTensor* t) {
     int32_t i;
     int64_t c = 1, f = 1;
-    int c_ok = 1, f_ok = 1;
+    int c_ok = 1;
     if (t->strides == NULL) return 1;
     for (i = t->ndim - 1; i >= 0; --i) {
         if (t->shape[i] == 0) return 1;
         if (t->shape[i] != 1 && t->strides[i] != c) c_ok = 0;
         c *= t->shape[i];
     }
+    if (c_ok) return 1;
     for (i = 0; i < t->ndim; ++i) {
-        if (t->shape[i] != 1 && t->strides[i] != f) f_ok = 0;
+        if (t->shape[i] != 1 && t->strides[i] != f) return 0;
         f *= t->shape[i];
     }
-    return c_ok || f_ok;
+    return 1;
+}
+
+/* The bytes of the taken tensor `t`, whose extents the checks have bounded
+ * (their product fits in int64 unless one is 0), with no second check. */
+static inline Py_ssize_t dlpack_ref_priv_taken_nbytes(const DLPackRefTensor* t) {
+    const DLTensor* d = t->dl_tensor;
+    uint64_t count = 1;
+    int32_t i;
+    for (i = 0; i < d->ndim; ++i) {
+        if (d->shape[i] == 0) return 0;
+        count *= (uint64_t)d->shape[i];
+    }
+    return (Py_ssize_t)dlpack_ref_nbytes((int64_t)count, dlpack_ref_storage_bits(d->dtype, t->flags));
 }
 
 /* What a Py_buffer of the taken tensor `t` needs besides the checks every
@@ -67,8 +81,7 @@ static inline int dlpack_ref_tensor_to_buffer(DLPackRefTensor* t, Py_buffer* vie
     PyObject* owner;
     int r;
     char* data = (char*)d->data + d->byte_offset;
-    int64_t count = dlpack_ref_element_count(d->shape, d->ndim);
-    Py_ssize_t len = (Py_ssize_t)dlpack_ref_nbytes(count, dlpack_ref_storage_bits(d->dtype, t->flags));
+    Py_ssize_t len = dlpack_ref_priv_taken_nbytes(t);
     int readonly = (t->flags & DLPACK_FLAG_BITMASK_READ_ONLY) != 0;
     if (dlpack_ref_priv_check_buffer(t, flags) < 0) {
         DLPACK_REF_PRIV_KEEP_ERROR(dlpack_ref_release(t));
@@ -165,9 +178,7 @@ static inline int dlpack_ref_capsule_to_buffer(PyObject* capsule, Py_buffer* vie
     if (dlpack_ref_priv_capsule_takes_ownership(capsule)) {
         /* The capsule is the owner (view->obj): no object is made. */
         const DLTensor* d = t.dl_tensor;
-        int64_t count = dlpack_ref_element_count(d->shape, d->ndim);
-        return PyBuffer_FillInfo(view, capsule, (char*)d->data + d->byte_offset,
-                                 (Py_ssize_t)dlpack_ref_nbytes(count, dlpack_ref_storage_bits(d->dtype, t.flags)),
+        return PyBuffer_FillInfo(view, capsule, (char*)d->data + d->byte_offset, dlpack_ref_priv_taken_nbytes(&t),
                                  (t.flags & DLPACK_FLAG_BITMASK_READ_ONLY) != 0, flags);
     }
     return dlpack_ref_tensor_to_buffer(&t, view, flags);

@@ -50,6 +50,23 @@ done:
     return result;
 }
 
+/* o.name into *out (a new reference) and 1; 0 with *out NULL and nothing
+ * set when o has no such attribute; -1 with the error of any other
+ * failure. From 3.13 (PyObject_GetOptionalAttr) a missing attribute raises
+ * nothing, where before an AttributeError is made and cleared: the lookup
+ * of every type without an exchange table, on every import where the
+ * per-type memo is off (the limited API, free-threaded builds). */
+static inline int dlpack_ref_priv_optional_attr(PyObject* o, PyObject* name, PyObject** out) {
+#if PY_VERSION_HEX >= 0x030D0000 && (!defined(Py_LIMITED_API) || Py_LIMITED_API + 0 >= 0x030D0000)
+    return PyObject_GetOptionalAttr(o, name, out);
+#else
+    if ((*out = PyObject_GetAttr(o, name)) != NULL) return 1;
+    if (!PyErr_ExceptionMatches(PyExc_AttributeError)) return -1;
+    PyErr_Clear();
+    return 0;
+#endif
+}
+
 /* The DLPack 1.x exchange table a type publishes as
  * `__dlpack_c_exchange_api__` (following `prev_api` from another major
  * version, at most DLPACK_REF_MAX_API_CHAIN links: a longer chain is taken as
@@ -70,12 +87,16 @@ done:
 static inline const DLPackExchangeAPI* dlpack_ref_priv_exchange_api(PyObject* tp, PyObject** owner,
                                                                      int* type_holds) {
     const DLPackExchangeAPIHeader* header;
-    int links = 0, overridden;
+    const dlpack_ref_names* n = dlpack_ref_protocol_names();
+    int links = 0, overridden, found;
     PyObject *cap, *held = NULL;
     *owner = NULL;
     if (type_holds != NULL) *type_holds = 0;
-    cap = PyObject_GetAttrString(tp, "__dlpack_c_exchange_api__");
-    if (cap == NULL) goto failed;
+    if (n == NULL) goto failed;
+    if ((found = dlpack_ref_priv_optional_attr(tp, n->exchange_api, &cap)) <= 0) {
+        if (found == 0) return NULL;   /* no table, nothing raised */
+        goto failed;
+    }
     overridden = dlpack_ref_priv_api_class_attr(tp, &held);
     if (overridden != 0) {
         Py_DECREF(cap);
