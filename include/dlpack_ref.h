@@ -1524,6 +1524,15 @@ typedef struct dlpack_ref_api_memo {
     const DLPackExchangeAPI* api;
 } dlpack_ref_api_memo;
 
+#ifdef DLPACK_REF_TYPE_MEMO
+/* Whether `memo` holds the answer for `tp`: the same type, and it and its
+ * metaclass unchanged since. */
+static inline int dlpack_ref_priv_api_memo_holds(const dlpack_ref_api_memo* memo, PyTypeObject* tp) {
+    return tp == memo->type && memo->tag != 0 && tp->tp_version_tag == memo->tag
+           && Py_TYPE(tp)->tp_version_tag == memo->meta_tag;
+}
+#endif
+
 /* dlpack_ref_exchange_api_ref(tp, owner), kept in `memo` while tp and its
  * metaclass are unchanged. Memoized only where the metaclass reads
  * attributes as `type` does, and a table only when the type itself holds
@@ -1539,8 +1548,7 @@ static inline const DLPackExchangeAPI* dlpack_ref_exchange_api_memo_ref(dlpack_r
     unsigned int tag, meta_tag;
     int type_holds;
     *owner = NULL;
-    if (tp == memo->type && memo->tag != 0 && tp->tp_version_tag == memo->tag && meta->tp_version_tag == memo->meta_tag)
-        return memo->api;
+    if (dlpack_ref_priv_api_memo_holds(memo, tp)) return memo->api;
     if (meta->tp_getattro != PyType_Type.tp_getattro || (names = dlpack_ref_protocol_names()) == NULL)
         return dlpack_ref_exchange_api_ref((PyObject*)tp, owner);
     (void)_PyType_Lookup(tp, names->exchange_api);     /* borrowed; assigns the version tags */
@@ -3185,16 +3193,17 @@ static inline int dlpack_ref_tensor_to_buffer(DLPackRefTensor* t, Py_buffer* vie
 
 /* The destructor a claimed capsule gets when it owns the buffer made of its
  * tensor: the deleter, once, then the producer's own destructor (kept in
- * the context), which finds the capsule used and leaves the tensor alone. */
-static inline void dlpack_ref_priv_owning_capsule_destroy(PyObject* capsule) {
+ * the context), which finds the capsule used and leaves the tensor alone.
+ * One for each kind of tensor, so that the kind needs no reading of the
+ * name. */
+static inline void dlpack_ref_priv_owning_capsule_release(PyObject* capsule, int versioned) {
     DLPackRefTensor t;
     PyCapsule_Destructor original;
     void* context = PyCapsule_GetContext(capsule);
-    const char* name = PyCapsule_GetName(capsule);
     memcpy(&original, &context, sizeof original);
-    t.versioned = name == dlpack_ref_priv_used_versioned
-                  || (name != NULL && strcmp(name, DLPACK_REF_CAPSULE_USED_VERSIONED) == 0);
-    t.managed = PyCapsule_GetPointer(capsule, name);
+    t.versioned = versioned;
+    t.managed = PyCapsule_GetPointer(capsule,
+                                     versioned ? dlpack_ref_priv_used_versioned : dlpack_ref_priv_used_legacy);
     if (t.managed == NULL) {
         PyErr_Clear();
         return;
@@ -3202,11 +3211,20 @@ static inline void dlpack_ref_priv_owning_capsule_destroy(PyObject* capsule) {
     DLPACK_REF_PRIV_KEEP_ERROR(dlpack_ref_release(&t); if (original != NULL) original(capsule));
 }
 
-/* Make the claimed `capsule` the owner of its tensor (1), so that a buffer
- * needs no owner object of its own: the producer's destructor goes to the
- * capsule's context and dlpack_ref_priv_owning_capsule_destroy takes its
+static inline void dlpack_ref_priv_owning_capsule_destroy(PyObject* capsule) {
+    dlpack_ref_priv_owning_capsule_release(capsule, 1);
+}
+
+static inline void dlpack_ref_priv_owning_legacy_capsule_destroy(PyObject* capsule) {
+    dlpack_ref_priv_owning_capsule_release(capsule, 0);
+}
+
+/* Make the claimed `capsule` the owner of its tensor (1; `versioned`: of a
+ * DLManagedTensorVersioned), so that a buffer needs no owner object of its
+ * own: the producer's destructor goes to the capsule's context and
+ * dlpack_ref_priv_owning_capsule_destroy (or its legacy twin) takes its
  * place. 0 (nothing changed) when the producer uses the context. */
-static inline int dlpack_ref_priv_capsule_takes_ownership(PyObject* capsule) {
+static inline int dlpack_ref_priv_capsule_takes_ownership(PyObject* capsule, int versioned) {
     PyCapsule_Destructor original;
     void* context;
     if (sizeof original != sizeof context || PyCapsule_GetContext(capsule) != NULL) return 0;
@@ -3216,7 +3234,8 @@ static inline int dlpack_ref_priv_capsule_takes_ownership(PyObject* capsule) {
         PyErr_Clear();
         return 0;
     }
-    if (PyCapsule_SetDestructor(capsule, dlpack_ref_priv_owning_capsule_destroy) < 0) {
+    if (PyCapsule_SetDestructor(capsule, versioned ? dlpack_ref_priv_owning_capsule_destroy
+                                                   : dlpack_ref_priv_owning_legacy_capsule_destroy) < 0) {
         PyErr_Clear();
         PyCapsule_SetContext(capsule, NULL);
         return 0;
@@ -3257,7 +3276,7 @@ static inline int dlpack_ref_capsule_to_buffer(PyObject* capsule, Py_buffer* vie
         DLPACK_REF_PRIV_KEEP_ERROR(dlpack_ref_release(&t));
         return -1;
     }
-    if (dlpack_ref_priv_capsule_takes_ownership(capsule)) {
+    if (dlpack_ref_priv_capsule_takes_ownership(capsule, t.versioned)) {
         /* The capsule is the owner (view->obj): no object is made. */
         const DLTensor* d = t.dl_tensor;
         return PyBuffer_FillInfo(view, capsule, (char*)d->data + d->byte_offset, dlpack_ref_priv_taken_nbytes(&t),
@@ -3316,8 +3335,16 @@ static inline int dlpack_ref_get_buffer(PyObject* x, Py_buffer* view, int flags,
        synchronization, which is what the request below asks of any other
        (its own memory, the stream left to the caller); any failure of the
        table falls back to __dlpack__. */
-    api = dlpack_ref_exchange_api_memo_ref(&dlpack_ref_priv_api_memo, Py_TYPE(x), &owner);
-    if (api == NULL && PyErr_Occurred()) return -1;
+#ifdef DLPACK_REF_TYPE_MEMO
+    if (dlpack_ref_priv_api_memo_holds(&dlpack_ref_priv_api_memo, Py_TYPE(x))) {
+        /* the type's answer, kept: no lookup, and no error to look for */
+        api = dlpack_ref_priv_api_memo.api;
+        owner = NULL;
+    } else
+#endif
+    if ((api = dlpack_ref_exchange_api_memo_ref(&dlpack_ref_priv_api_memo, Py_TYPE(x), &owner)) == NULL
+            && PyErr_Occurred())
+        return -1;
     r = api == NULL ? 0 : dlpack_ref_priv_take_by_table(api, x, &t);
     Py_XDECREF(owner);
     if (r < 0) return -1;

@@ -151,6 +151,15 @@ typedef struct dlpack_ref_api_memo {
     const DLPackExchangeAPI* api;
 } dlpack_ref_api_memo;
 
+#ifdef DLPACK_REF_TYPE_MEMO
+/* Whether `memo` holds the answer for `tp`: the same type, and it and its
+ * metaclass unchanged since. */
+static inline int dlpack_ref_priv_api_memo_holds(const dlpack_ref_api_memo* memo, PyTypeObject* tp) {
+    return tp == memo->type && memo->tag != 0 && tp->tp_version_tag == memo->tag
+           && Py_TYPE(tp)->tp_version_tag == memo->meta_tag;
+}
+#endif
+
 /* dlpack_ref_exchange_api_ref(tp, owner), kept in `memo` while tp and its
  * metaclass are unchanged. Memoized only where the metaclass reads
  * attributes as `type` does, and a table only when the type itself holds
@@ -166,8 +175,7 @@ static inline const DLPackExchangeAPI* dlpack_ref_exchange_api_memo_ref(dlpack_r
     unsigned int tag, meta_tag;
     int type_holds;
     *owner = NULL;
-    if (tp == memo->type && memo->tag != 0 && tp->tp_version_tag == memo->tag && meta->tp_version_tag == memo->meta_tag)
-        return memo->api;
+    if (dlpack_ref_priv_api_memo_holds(memo, tp)) return memo->api;
     if (meta->tp_getattro != PyType_Type.tp_getattro || (names = dlpack_ref_protocol_names()) == NULL)
         return dlpack_ref_exchange_api_ref((PyObject*)tp, owner);
     (void)_PyType_Lookup(tp, names->exchange_api);     /* borrowed; assigns the version tags */
