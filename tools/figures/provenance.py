@@ -34,7 +34,7 @@ def versions_text(versions: dict) -> str:
 
 
 # Files of instruction counts, which the load does not move.
-COUNTS = {"callgrind_adopter", "adoption_producer"}
+COUNTS = {"callgrind_adopter", "adoption_producer", "adoption_mpi4py"}
 
 
 def run_problems(src: Source) -> list[str]:
