@@ -1,7 +1,9 @@
-# adoption/lib.sh: shell helpers shared by adoption/NAME/run.sh (sourced).
-# Each library's script downloads its pinned sdist, builds it as released
-# and as adopted, and compares the two builds' own tests and the checker's
-# verdicts with these helpers.
+# adoption/lib.sh: the one flow of every adoption/NAME/run.sh (sourced).
+# adoption_main downloads NAME's pinned sdist, builds it as released and as
+# adopted (NAME's files replacing its own DLPack code) in a venv each, runs
+# its own tests and `dlpack-ref check --library NAME` on both, lets NAME's
+# judge compare the two builds, and prints the verdict. The library's
+# script supplies only what is its own (see adoption_main).
 
 adoption_repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 adoption_python=${PYTHON:-python3}
@@ -37,15 +39,18 @@ adoption_sdist() {
 }
 
 # adoption_venv DIR PACKAGES...: a venv at DIR with PACKAGES installed from
-# the package index (made once; an existing one is kept).
+# the package index, made once (again when PACKAGES change, or when making
+# it did not finish).
 adoption_venv() {
     local dir=$1
     shift
-    if [[ ! -x $dir/bin/python ]]; then
+    if [[ $(cat "$dir/.adoption-venv" 2>/dev/null) != "$*" ]]; then
         adoption_step "venv $dir: $*"
+        rm -rf "$dir"
         "$adoption_python" -m venv "$dir"
         "$dir/bin/python" -m pip install -q --upgrade pip >&2
         [[ $# -eq 0 ]] || "$dir/bin/python" -m pip install -q "$@" >&2
+        echo "$*" > "$dir/.adoption-venv"
     fi
 }
 
@@ -99,4 +104,138 @@ adoption_check_regressions() {
           if (was == "pass" && after != "pass") {print "  checker: " $1 " passed as released, " after " as adopted"; bad = 1}
           if (was == "fail" && after != "pass" && after != "not_supported") {print "  checker: " $1 " still " after; bad = 1}}
          END {exit bad}' "$1" "$2"
+}
+
+# adoption_venv_on_deps VENV DEPS: a venv with no packages of its own (not
+# even pip) that sees the packages of the venv DEPS through a .pth file:
+# two builds that share large test dependencies install them once.
+adoption_venv_on_deps() {
+    local venv=$1 deps=$2 site
+    if [[ ! -x $venv/bin/python ]]; then
+        "$adoption_python" -m venv --without-pip "$venv"
+    fi
+    site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+    "$deps/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' > "$site/adoption-deps.pth"
+}
+
+# adoption_build_key SDIST BUILD FILES...: what a build is made of, as a
+# key: the sdist, and for the adopted build FILES (the library's
+# replacement) and dlpack-ref's sources. A build with an unchanged key is
+# kept between runs.
+adoption_build_key() {
+    local sdist=$1 build=$2
+    shift 2
+    {
+        sha256sum "$sdist" | cut -c1-64
+        if [[ $build == adopted ]]; then
+            cat "$@"
+            adoption_source_key
+        fi
+    } | sha256sum | cut -c1-16
+}
+
+# adoption_unpack SDIST DIR: the sdist unpacked afresh into DIR (its top
+# folder stripped); prints DIR.
+adoption_unpack() {
+    local sdist=$1 dir=$2
+    rm -rf "$dir"
+    mkdir -p "$dir"
+    tar xzf "$sdist" -C "$dir" --strip-components=1
+    echo "$dir"
+}
+
+# adoption_build WORK SDIST BUILD: WORK/venv-BUILD made (adoption_make_venv)
+# and, unless its stamp says it was built from the same key, the sources
+# in WORK/BUILD/src adopted (adopted build: adoption_adopt) and built into
+# it (adoption_install, its log in WORK/build-BUILD.log). The sources are
+# unpacked afresh every run, so that the tests run on the sdist's own.
+adoption_build() {
+    local work=$1 sdist=$2 build=$3 venv=$1/venv-$3 src key
+    adoption_make_venv "$build" "$venv"
+    key=$(adoption_build_key "$sdist" "$build" "${adoption_inputs[@]}")
+    src=$(adoption_unpack "$sdist" "$work/$build/src")
+    if [[ $(cat "$venv/.adoption-build" 2>/dev/null) != "$key" ]]; then
+        if [[ $build == adopted ]]; then
+            adoption_step "adopted: $adoption_name's DLPack code replaced"
+            adoption_adopt "$src" "$venv"
+        fi
+        adoption_step "building $adoption_name $adoption_version ($build)"
+        local t0=$SECONDS
+        adoption_install "$src" "$venv" > "$work/build-$build.log" 2>&1 || {
+            tail -40 "$work/build-$build.log" >&2
+            echo "$adoption_name $build: the build failed (log: $work/build-$build.log)"
+            return 1
+        }
+        adoption_step "$adoption_name ($build) built in $((SECONDS - t0)) s"
+        echo "$key" > "$venv/.adoption-build"
+    fi
+}
+
+# adoption_main: the flow of adoption/NAME/run.sh. The script sets
+#   adoption_name, adoption_version   the library and its pinned sdist;
+#   adoption_inputs                   (array) its files the adopted build is
+#                                     made of, beside dlpack-ref's sources;
+# and defines
+#   adoption_make_venv BUILD VENV     the build's venv with what building
+#                                     and testing need and this checkout's
+#                                     dlpack-ref (adoption_venv and
+#                                     adoption_install_dlpack_ref, or
+#                                     adoption_venv_on_deps);
+#   adoption_adopt SRC VENV           its replacement applied to the sources;
+#   adoption_install SRC VENV         the sources built into the venv;
+#   adoption_own_tests BUILD VENV SRC WORK
+#                                     its own tests of one build, their log
+#                                     and results in WORK (the line "NAME
+#                                     BUILD: N passed, N failed, N skipped"
+#                                     printed here or by the judge);
+#                                     non-zero when the run did not finish;
+#   adoption_judge WORK               the two builds compared: their tests'
+#                                     outcomes and the checker's verdicts
+#                                     (WORK/check-BUILD.rules, .json and
+#                                     .counts of adoption_check); prints what
+#                                     changed and every regression; non-zero
+#                                     when there is one.
+# Prints "venv: PATH" of the adopted build and "NAME adoption: no
+# regression" or "NAME adoption: REGRESSION (logs in WORK)"; returns 1 on a
+# regression; a failed build stops the script (set -e) with status 1.
+# adoption_tests_judged WORK: both builds' own tests, then the judge; 1 on a
+# run that did not finish or a regression.
+adoption_tests_judged() {
+    local work=$1 build rc=0
+    for build in released adopted; do
+        adoption_step "$adoption_name's own tests ($build)"
+        adoption_own_tests "$build" "$work/venv-$build" "$work/$build/src" "$work" || rc=1
+    done
+    adoption_judge "$work" || rc=1
+    return $rc
+}
+
+adoption_main() {
+    local work sdist build status=0
+    work=$(adoption_workdir "$adoption_name")
+    sdist=$(adoption_sdist "$work" "$adoption_name" "$adoption_version")
+    for build in released adopted; do
+        adoption_build "$work" "$sdist" "$build"
+    done
+    for build in released adopted; do
+        adoption_step "dlpack-ref check --library $adoption_name ($build)"
+        adoption_check "$work/venv-$build" "$adoption_name" "$work/check-$build" > "$work/check-$build.counts"
+    done
+    # A difference seen once is run again on both builds before it is judged:
+    # on a loaded machine a test can fail once in either build. What the
+    # first attempt saw stays in the output, marked, so a flaky test is seen.
+    if ! adoption_tests_judged "$work" > "$work/first-attempt.txt"; then
+        sed 's/^/  first attempt: /' "$work/first-attempt.txt"
+        adoption_step "the builds differed once: both builds' tests again"
+        adoption_tests_judged "$work" || status=1
+    else
+        cat "$work/first-attempt.txt"
+    fi
+    echo "venv: $work/venv-adopted"
+    if [[ $status -ne 0 ]]; then
+        echo "$adoption_name adoption: REGRESSION (logs in $work)"
+    else
+        echo "$adoption_name adoption: no regression"
+    fi
+    return $status
 }

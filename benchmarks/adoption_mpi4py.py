@@ -134,7 +134,7 @@ def counted(venv: str, loops: int) -> dict[str, float]:
     the build (adoption/run.sh's stamp of what it was built from) and the
     cases are the same; instruction counts do not move with the load, and
     one build's run under callgrind takes minutes."""
-    stamp_path = os.path.join(venv, ".mpi4py-build")
+    stamp_path = os.path.join(venv, ".adoption-build")
     stamp = open(stamp_path).read().strip() if os.path.exists(stamp_path) else None
     key = {"build": stamp, "loops": loops, "setup": SETUP, "statements": STATEMENTS}
     cache = os.path.join(venv, ".adoption-bench-counts.json")

@@ -61,7 +61,7 @@ CALLS = {
 def setup_code(work: str) -> str:
     lines = [LOADER, "import numpy as np, dlpack_ref", "x = np.zeros(16, np.float32)"]
     for build in BUILDS:
-        lines.append(f"nk_{build} = load_numkong({os.path.join(work, build)!r}, {build!r})")
+        lines.append(f"nk_{build} = load_numkong({os.path.join(work, 'venv-' + build)!r}, {build!r})")
         lines.append(f"t_{build} = nk_{build}.zeros((16,), dtype='float32')")
     return "\n".join(lines)
 
@@ -90,14 +90,14 @@ def instructions(setup: str, loops: int) -> dict[str, float]:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--work", default=os.path.join(os.path.dirname(HERE), ".adoption-work", "numkong"),
-                   help="adoption/numkong/run.sh's folder (its venvs released/ and adopted/)")
+                   help="adoption/numkong/run.sh's folder (its venvs venv-released/ and venv-adopted/)")
     p.add_argument("--rounds", type=int, default=31)
     p.add_argument("--loops", type=int, default=2000)
     p.add_argument("--no-callgrind", action="store_true")
     p.add_argument("--json", default=os.path.join(HERE, "results", "adoption_producer.json"))
     args = p.parse_args(argv)
     for build in BUILDS:
-        if not glob.glob(os.path.join(args.work, build, "lib", "python*", "site-packages", "numkong")):
+        if not glob.glob(os.path.join(args.work, "venv-" + build, "lib", "python*", "site-packages", "numkong")):
             print(f"no numkong {build} build in {args.work}: run adoption/run.sh numkong first", file=sys.stderr)
             return 2
     setup = setup_code(args.work)

@@ -146,12 +146,16 @@ static inline PyObject* dlpack_ref_priv_type_name(PyObject* o) {
         PyErr_SetRaisedException(dlref_pending_);        \
     } while (0)
 #else
-#define DLPACK_REF_PRIV_KEEP_ERROR(call)                 \
-    do {                                                 \
-        PyObject *dlref_t_, *dlref_v_, *dlref_tb_;       \
-        PyErr_Fetch(&dlref_t_, &dlref_v_, &dlref_tb_);   \
-        call;                                            \
-        PyErr_Restore(dlref_t_, dlref_v_, dlref_tb_);    \
+/* Fetch and Restore cost more than the deleter of a buffer; with nothing
+   pending (every release), only an error `call` leaves is cleared. */
+#define DLPACK_REF_PRIV_KEEP_ERROR(call)                                      \
+    do {                                                                      \
+        PyObject *dlref_t_ = NULL, *dlref_v_ = NULL, *dlref_tb_ = NULL;       \
+        int dlref_pending_ = PyErr_Occurred() != NULL;                        \
+        if (dlref_pending_) PyErr_Fetch(&dlref_t_, &dlref_v_, &dlref_tb_);    \
+        call;                                                                 \
+        if (dlref_pending_ || PyErr_Occurred() != NULL)                       \
+            PyErr_Restore(dlref_t_, dlref_v_, dlref_tb_);                     \
     } while (0)
 #endif
 
@@ -1242,39 +1246,97 @@ done:
 }
 #endif
 
+#ifdef DLPACK_REF_TYPE_MEMO
+/* The memo's update and the call of an attribute that is no method stay out
+ * of line, so that the common call (a method, its type's memo found) stays
+ * small enough to be inlined where it is made. */
+#if defined(__GNUC__) || defined(__clang__)
+#define DLPACK_REF_PRIV_OUT_OF_LINE static __attribute__((noinline, unused))
+#elif defined(_MSC_VER)
+#define DLPACK_REF_PRIV_OUT_OF_LINE static __declspec(noinline)
+#else
+#define DLPACK_REF_PRIV_OUT_OF_LINE static inline
+#endif
+
+/* The attribute `m` that x's type holds, when it is no method descriptor
+ * (those take x as their first argument), called as x.name(*args[1:nargs],
+ * kwnames...) would call it when x has no instance dict: a descriptor (a
+ * slot of __slots__ holding a bound method, a property) through its
+ * __get__, any other object as it is. Called on args + 1 with
+ * PY_VECTORCALL_ARGUMENTS_OFFSET, as PyObject_VectorcallMethod calls it, so
+ * that a bound method can put its self in args[0] for the call, with no
+ * array of its own, and put x back (a Python bound method is called so
+ * here). */
+DLPACK_REF_PRIV_OUT_OF_LINE
+PyObject* dlpack_ref_priv_call_type_attribute(PyObject* m, PyTypeObject* tp, PyObject* const* args, size_t nargs,
+                                              PyObject* kwnames) {
+    descrgetfunc get = Py_TYPE(m)->tp_descr_get;
+    PyObject *callable, *r;
+    if (get == NULL) {
+        callable = m;
+        Py_INCREF(callable);
+    } else if ((callable = get(m, args[0], (PyObject*)tp)) == NULL) {
+        return NULL;
+    }
+    if (PyMethod_Check(callable)) {   /* exactly a bound method */
+        /* What the bound method's own call does, one call less: its
+           function on (its self, args[1:]), self in args[0] meanwhile. */
+        PyObject** slot = (PyObject**)args;
+        PyObject* x = slot[0];
+        slot[0] = PyMethod_GET_SELF(callable);
+        r = PyObject_Vectorcall(PyMethod_GET_FUNCTION(callable), args, nargs, kwnames);
+        slot[0] = x;
+    } else {
+        r = PyObject_Vectorcall(callable, args + 1, (nargs - 1) | PY_VECTORCALL_ARGUMENTS_OFFSET, kwnames);
+    }
+    Py_DECREF(callable);
+    return r;
+}
+
+/* `memo` set to tp's attribute `name` (borrowed; NULL, with nothing set,
+ * where x.name may be other than what the type holds: a type with its own
+ * attribute lookup or instances with a __dict__, or no such attribute). */
+DLPACK_REF_PRIV_OUT_OF_LINE
+PyObject* dlpack_ref_priv_method_memo_update(dlpack_ref_method_memo* memo, PyTypeObject* tp, PyObject* name) {
+    PyObject *m, *old_method, *old_type;
+    if (tp->tp_getattro != PyObject_GenericGetAttr || tp->tp_dictoffset != 0
+            || PyType_HasFeature(tp, Py_TPFLAGS_MANAGED_DICT))
+        return NULL;
+    m = _PyType_Lookup(tp, name);   /* borrowed; gives tp a version tag */
+    if (m == NULL || tp->tp_version_tag == 0) return NULL;
+    old_method = memo->method;
+    old_type = (PyObject*)memo->type;
+    Py_INCREF(m);
+    Py_INCREF(tp);
+    memo->type = tp;
+    memo->tag = tp->tp_version_tag;
+    memo->method = m;
+    Py_XDECREF(old_method);
+    Py_XDECREF(old_type);
+    return m;
+}
+#endif
+
 /* args[0].name(*args[1:nargs], kwnames...) as PyObject_VectorcallMethod
  * calls it (nargs counts args[0]; kwnames NULL or a tuple, their values
  * after the positional ones), with the attribute found on the type kept
  * in `memo` for as long as the type is unchanged. Only types whose
  * attribute lookup is the generic one and whose instances have no __dict__
- * are memoized (then the type's method is what x.name gives). */
+ * are memoized: then x.name is what the type's attribute gives for x,
+ * whatever kind of attribute it is.
+ * args[0] may be replaced during the call and is put back after it (as
+ * PY_VECTORCALL_ARGUMENTS_OFFSET allows): `args` is writable memory. */
 static inline PyObject* dlpack_ref_call_method(dlpack_ref_method_memo* memo, PyObject* name, PyObject* const* args,
                                                size_t nargs, PyObject* kwnames) {
 #ifdef DLPACK_REF_TYPE_MEMO
     PyTypeObject* tp = Py_TYPE(args[0]);
     PyObject *m, *r;
-    if (tp == memo->type && memo->tag != 0 && tp->tp_version_tag == memo->tag) {
-        m = memo->method;
-    } else if (tp->tp_getattro == PyObject_GenericGetAttr && tp->tp_dictoffset == 0
-               && !PyType_HasFeature(tp, Py_TPFLAGS_MANAGED_DICT)) {
-        PyObject *old_method, *old_type;
-        m = _PyType_Lookup(tp, name);   /* borrowed; gives tp a version tag */
-        if (m == NULL || !PyType_HasFeature(Py_TYPE(m), Py_TPFLAGS_METHOD_DESCRIPTOR) || tp->tp_version_tag == 0)
-            return PyObject_VectorcallMethod(name, (PyObject* const*)args, nargs, kwnames);
-        old_method = memo->method;
-        old_type = (PyObject*)memo->type;
-        Py_INCREF(m);
-        Py_INCREF(tp);
-        memo->type = tp;
-        memo->tag = tp->tp_version_tag;
-        memo->method = m;
-        Py_XDECREF(old_method);
-        Py_XDECREF(old_type);
-    } else {
+    if (tp == memo->type && memo->tag != 0 && tp->tp_version_tag == memo->tag) m = memo->method;
+    else if ((m = dlpack_ref_priv_method_memo_update(memo, tp, name)) == NULL)
         return PyObject_VectorcallMethod(name, (PyObject* const*)args, nargs, kwnames);
-    }
     Py_INCREF(m);   /* the call may change the type and drop the memo's reference */
-    r = PyObject_Vectorcall(m, args, nargs, kwnames);
+    if (PyType_HasFeature(Py_TYPE(m), Py_TPFLAGS_METHOD_DESCRIPTOR)) r = PyObject_Vectorcall(m, args, nargs, kwnames);
+    else r = dlpack_ref_priv_call_type_attribute(m, tp, args, nargs, kwnames);
     Py_DECREF(m);
     return r;
 #elif defined(DLPACK_REF_PRIV_NO_VECTORCALL)
@@ -1361,6 +1423,23 @@ done:
     return result;
 }
 
+/* o.name into *out (a new reference) and 1; 0 with *out NULL and nothing
+ * set when o has no such attribute; -1 with the error of any other
+ * failure. From 3.13 (PyObject_GetOptionalAttr) a missing attribute raises
+ * nothing, where before an AttributeError is made and cleared: the lookup
+ * of every type without an exchange table, on every import where the
+ * per-type memo is off (the limited API, free-threaded builds). */
+static inline int dlpack_ref_priv_optional_attr(PyObject* o, PyObject* name, PyObject** out) {
+#if PY_VERSION_HEX >= 0x030D0000 && (!defined(Py_LIMITED_API) || Py_LIMITED_API + 0 >= 0x030D0000)
+    return PyObject_GetOptionalAttr(o, name, out);
+#else
+    if ((*out = PyObject_GetAttr(o, name)) != NULL) return 1;
+    if (!PyErr_ExceptionMatches(PyExc_AttributeError)) return -1;
+    PyErr_Clear();
+    return 0;
+#endif
+}
+
 /* The DLPack 1.x exchange table a type publishes as
  * `__dlpack_c_exchange_api__` (following `prev_api` from another major
  * version, at most DLPACK_REF_MAX_API_CHAIN links: a longer chain is taken as
@@ -1381,12 +1460,16 @@ done:
 static inline const DLPackExchangeAPI* dlpack_ref_priv_exchange_api(PyObject* tp, PyObject** owner,
                                                                      int* type_holds) {
     const DLPackExchangeAPIHeader* header;
-    int links = 0, overridden;
+    const dlpack_ref_names* n = dlpack_ref_protocol_names();
+    int links = 0, overridden, found;
     PyObject *cap, *held = NULL;
     *owner = NULL;
     if (type_holds != NULL) *type_holds = 0;
-    cap = PyObject_GetAttrString(tp, "__dlpack_c_exchange_api__");
-    if (cap == NULL) goto failed;
+    if (n == NULL) goto failed;
+    if ((found = dlpack_ref_priv_optional_attr(tp, n->exchange_api, &cap)) <= 0) {
+        if (found == 0) return NULL;   /* no table, nothing raised */
+        goto failed;
+    }
     overridden = dlpack_ref_priv_api_class_attr(tp, &held);
     if (overridden != 0) {
         Py_DECREF(cap);
@@ -1441,6 +1524,15 @@ typedef struct dlpack_ref_api_memo {
     const DLPackExchangeAPI* api;
 } dlpack_ref_api_memo;
 
+#ifdef DLPACK_REF_TYPE_MEMO
+/* Whether `memo` holds the answer for `tp`: the same type, and it and its
+ * metaclass unchanged since. */
+static inline int dlpack_ref_priv_api_memo_holds(const dlpack_ref_api_memo* memo, PyTypeObject* tp) {
+    return tp == memo->type && memo->tag != 0 && tp->tp_version_tag == memo->tag
+           && Py_TYPE(tp)->tp_version_tag == memo->meta_tag;
+}
+#endif
+
 /* dlpack_ref_exchange_api_ref(tp, owner), kept in `memo` while tp and its
  * metaclass are unchanged. Memoized only where the metaclass reads
  * attributes as `type` does, and a table only when the type itself holds
@@ -1456,8 +1548,7 @@ static inline const DLPackExchangeAPI* dlpack_ref_exchange_api_memo_ref(dlpack_r
     unsigned int tag, meta_tag;
     int type_holds;
     *owner = NULL;
-    if (tp == memo->type && memo->tag != 0 && tp->tp_version_tag == memo->tag && meta->tp_version_tag == memo->meta_tag)
-        return memo->api;
+    if (dlpack_ref_priv_api_memo_holds(memo, tp)) return memo->api;
     if (meta->tp_getattro != PyType_Type.tp_getattro || (names = dlpack_ref_protocol_names()) == NULL)
         return dlpack_ref_exchange_api_ref((PyObject*)tp, owner);
     (void)_PyType_Lookup(tp, names->exchange_api);     /* borrowed; assigns the version tags */
@@ -1651,7 +1742,7 @@ static inline int dlpack_ref_parse_dl_device(PyObject* obj, DLDevice* out) {
     if (!PyLong_Check(t) || PyBool_Check(t) || !PyLong_Check(i) || PyBool_Check(i)) goto bad;
     tv = PyLong_AsLongLongAndOverflow(t, &o1);
     iv = PyLong_AsLongLongAndOverflow(i, &o2);
-    if (PyErr_Occurred()) return -1;
+    if ((tv == -1 || iv == -1) && PyErr_Occurred()) return -1;
     if (o1 || tv < 1 || tv > 0x7FFFFFFF || !dlpack_ref_device_type_known((int32_t)tv)) {
         PyErr_Format(PyExc_ValueError, "dl_device=%R has a device type that DLPack 1.3 does not define; defined: %s",
                      obj, DLPACK_REF_DEVICE_TYPES_ACCEPTED);
@@ -2697,6 +2788,21 @@ static inline int dlpack_ref_priv_has(PyObject* x, PyObject* name) {
     return has;
 }
 
+/* Whether x has `__dlpack__` (PyObject_HasAttr, which makes and drops a
+ * bound method): known without a lookup when x's type is the one the
+ * consumer last called it on and the memo holds a method there (a
+ * descriptor such as an empty slot may still raise: those are looked up). */
+static inline int dlpack_ref_priv_has_dlpack(PyObject* x, PyObject* name) {
+#ifdef DLPACK_REF_TYPE_MEMO
+    const dlpack_ref_method_memo* memo = &dlpack_ref_priv_dlpack_memo;
+    PyTypeObject* tp = Py_TYPE(x);
+    if (tp == memo->type && memo->tag != 0 && tp->tp_version_tag == memo->tag
+            && PyType_HasFeature(Py_TYPE(memo->method), Py_TPFLAGS_METHOD_DESCRIPTOR))
+        return 1;
+#endif
+    return PyObject_HasAttr(x, name);
+}
+
 /* The TypeError of an object that is neither a producer nor a capsule. */
 static inline int dlpack_ref_priv_not_dlpack(PyObject* x) {
     PyObject* tn = dlpack_ref_priv_type_name(x);
@@ -2974,7 +3080,7 @@ static inline int dlpack_ref_import(PyObject* obj, DLPackRefTensor* out) {
 static inline int dlpack_ref_consumer_source(PyObject* x, DLDevice* source) {
     const dlpack_ref_names* n = dlpack_ref_protocol_names();
     if (n == NULL) return -1;
-    if (!PyObject_HasAttr(x, n->dlpack)) return dlpack_ref_priv_not_dlpack(x);
+    if (!dlpack_ref_priv_has_dlpack(x, n->dlpack)) return dlpack_ref_priv_not_dlpack(x);
     return dlpack_ref_announced_device(x, source);
 }
 
@@ -3190,18 +3296,32 @@ static inline void dlpack_ref_priv_buffer_owner_destroy(PyObject* owner) {
 static inline int dlpack_ref_is_contiguous(const DLTensor* t) {
     int32_t i;
     int64_t c = 1, f = 1;
-    int c_ok = 1, f_ok = 1;
+    int c_ok = 1;
     if (t->strides == NULL) return 1;
     for (i = t->ndim - 1; i >= 0; --i) {
         if (t->shape[i] == 0) return 1;
         if (t->shape[i] != 1 && t->strides[i] != c) c_ok = 0;
         c *= t->shape[i];
     }
+    if (c_ok) return 1;
     for (i = 0; i < t->ndim; ++i) {
-        if (t->shape[i] != 1 && t->strides[i] != f) f_ok = 0;
+        if (t->shape[i] != 1 && t->strides[i] != f) return 0;
         f *= t->shape[i];
     }
-    return c_ok || f_ok;
+    return 1;
+}
+
+/* The bytes of the taken tensor `t`, whose extents the checks have bounded
+ * (their product fits in int64 unless one is 0), with no second check. */
+static inline Py_ssize_t dlpack_ref_priv_taken_nbytes(const DLPackRefTensor* t) {
+    const DLTensor* d = t->dl_tensor;
+    uint64_t count = 1;
+    int32_t i;
+    for (i = 0; i < d->ndim; ++i) {
+        if (d->shape[i] == 0) return 0;
+        count *= (uint64_t)d->shape[i];
+    }
+    return (Py_ssize_t)dlpack_ref_nbytes((int64_t)count, dlpack_ref_storage_bits(d->dtype, t->flags));
 }
 
 /* What a Py_buffer of the taken tensor `t` needs besides the checks every
@@ -3233,8 +3353,7 @@ static inline int dlpack_ref_tensor_to_buffer(DLPackRefTensor* t, Py_buffer* vie
     PyObject* owner;
     int r;
     char* data = (char*)d->data + d->byte_offset;
-    int64_t count = dlpack_ref_element_count(d->shape, d->ndim);
-    Py_ssize_t len = (Py_ssize_t)dlpack_ref_nbytes(count, dlpack_ref_storage_bits(d->dtype, t->flags));
+    Py_ssize_t len = dlpack_ref_priv_taken_nbytes(t);
     int readonly = (t->flags & DLPACK_FLAG_BITMASK_READ_ONLY) != 0;
     if (dlpack_ref_priv_check_buffer(t, flags) < 0) {
         DLPACK_REF_PRIV_KEEP_ERROR(dlpack_ref_release(t));
@@ -3256,16 +3375,17 @@ static inline int dlpack_ref_tensor_to_buffer(DLPackRefTensor* t, Py_buffer* vie
 
 /* The destructor a claimed capsule gets when it owns the buffer made of its
  * tensor: the deleter, once, then the producer's own destructor (kept in
- * the context), which finds the capsule used and leaves the tensor alone. */
-static inline void dlpack_ref_priv_owning_capsule_destroy(PyObject* capsule) {
+ * the context), which finds the capsule used and leaves the tensor alone.
+ * One for each kind of tensor, so that the kind needs no reading of the
+ * name. */
+static inline void dlpack_ref_priv_owning_capsule_release(PyObject* capsule, int versioned) {
     DLPackRefTensor t;
     PyCapsule_Destructor original;
     void* context = PyCapsule_GetContext(capsule);
-    const char* name = PyCapsule_GetName(capsule);
     memcpy(&original, &context, sizeof original);
-    t.versioned = name == dlpack_ref_priv_used_versioned
-                  || (name != NULL && strcmp(name, DLPACK_REF_CAPSULE_USED_VERSIONED) == 0);
-    t.managed = PyCapsule_GetPointer(capsule, name);
+    t.versioned = versioned;
+    t.managed = PyCapsule_GetPointer(capsule,
+                                     versioned ? dlpack_ref_priv_used_versioned : dlpack_ref_priv_used_legacy);
     if (t.managed == NULL) {
         PyErr_Clear();
         return;
@@ -3273,11 +3393,20 @@ static inline void dlpack_ref_priv_owning_capsule_destroy(PyObject* capsule) {
     DLPACK_REF_PRIV_KEEP_ERROR(dlpack_ref_release(&t); if (original != NULL) original(capsule));
 }
 
-/* Make the claimed `capsule` the owner of its tensor (1), so that a buffer
- * needs no owner object of its own: the producer's destructor goes to the
- * capsule's context and dlpack_ref_priv_owning_capsule_destroy takes its
+static inline void dlpack_ref_priv_owning_capsule_destroy(PyObject* capsule) {
+    dlpack_ref_priv_owning_capsule_release(capsule, 1);
+}
+
+static inline void dlpack_ref_priv_owning_legacy_capsule_destroy(PyObject* capsule) {
+    dlpack_ref_priv_owning_capsule_release(capsule, 0);
+}
+
+/* Make the claimed `capsule` the owner of its tensor (1; `versioned`: of a
+ * DLManagedTensorVersioned), so that a buffer needs no owner object of its
+ * own: the producer's destructor goes to the capsule's context and
+ * dlpack_ref_priv_owning_capsule_destroy (or its legacy twin) takes its
  * place. 0 (nothing changed) when the producer uses the context. */
-static inline int dlpack_ref_priv_capsule_takes_ownership(PyObject* capsule) {
+static inline int dlpack_ref_priv_capsule_takes_ownership(PyObject* capsule, int versioned) {
     PyCapsule_Destructor original;
     void* context;
     if (sizeof original != sizeof context || PyCapsule_GetContext(capsule) != NULL) return 0;
@@ -3287,7 +3416,8 @@ static inline int dlpack_ref_priv_capsule_takes_ownership(PyObject* capsule) {
         PyErr_Clear();
         return 0;
     }
-    if (PyCapsule_SetDestructor(capsule, dlpack_ref_priv_owning_capsule_destroy) < 0) {
+    if (PyCapsule_SetDestructor(capsule, versioned ? dlpack_ref_priv_owning_capsule_destroy
+                                                   : dlpack_ref_priv_owning_legacy_capsule_destroy) < 0) {
         PyErr_Clear();
         PyCapsule_SetContext(capsule, NULL);
         return 0;
@@ -3328,12 +3458,10 @@ static inline int dlpack_ref_capsule_to_buffer(PyObject* capsule, Py_buffer* vie
         DLPACK_REF_PRIV_KEEP_ERROR(dlpack_ref_release(&t));
         return -1;
     }
-    if (dlpack_ref_priv_capsule_takes_ownership(capsule)) {
+    if (dlpack_ref_priv_capsule_takes_ownership(capsule, t.versioned)) {
         /* The capsule is the owner (view->obj): no object is made. */
         const DLTensor* d = t.dl_tensor;
-        int64_t count = dlpack_ref_element_count(d->shape, d->ndim);
-        return PyBuffer_FillInfo(view, capsule, (char*)d->data + d->byte_offset,
-                                 (Py_ssize_t)dlpack_ref_nbytes(count, dlpack_ref_storage_bits(d->dtype, t.flags)),
+        return PyBuffer_FillInfo(view, capsule, (char*)d->data + d->byte_offset, dlpack_ref_priv_taken_nbytes(&t),
                                  (t.flags & DLPACK_FLAG_BITMASK_READ_ONLY) != 0, flags);
     }
     return dlpack_ref_tensor_to_buffer(&t, view, flags);
@@ -3389,8 +3517,16 @@ static inline int dlpack_ref_get_buffer(PyObject* x, Py_buffer* view, int flags,
        synchronization, which is what the request below asks of any other
        (its own memory, the stream left to the caller); any failure of the
        table falls back to __dlpack__. */
-    api = dlpack_ref_exchange_api_memo_ref(&dlpack_ref_priv_api_memo, Py_TYPE(x), &owner);
-    if (api == NULL && PyErr_Occurred()) return -1;
+#ifdef DLPACK_REF_TYPE_MEMO
+    if (dlpack_ref_priv_api_memo_holds(&dlpack_ref_priv_api_memo, Py_TYPE(x))) {
+        /* the type's answer, kept: no lookup, and no error to look for */
+        api = dlpack_ref_priv_api_memo.api;
+        owner = NULL;
+    } else
+#endif
+    if ((api = dlpack_ref_exchange_api_memo_ref(&dlpack_ref_priv_api_memo, Py_TYPE(x), &owner)) == NULL
+            && PyErr_Occurred())
+        return -1;
     r = api == NULL ? 0 : dlpack_ref_priv_take_by_table(api, x, &t);
     Py_XDECREF(owner);
     if (r < 0) return -1;

@@ -139,12 +139,16 @@ static inline PyObject* dlpack_ref_priv_type_name(PyObject* o) {
         PyErr_SetRaisedException(dlref_pending_);        \
     } while (0)
 #else
-#define DLPACK_REF_PRIV_KEEP_ERROR(call)                 \
-    do {                                                 \
-        PyObject *dlref_t_, *dlref_v_, *dlref_tb_;       \
-        PyErr_Fetch(&dlref_t_, &dlref_v_, &dlref_tb_);   \
-        call;                                            \
-        PyErr_Restore(dlref_t_, dlref_v_, dlref_tb_);    \
+/* Fetch and Restore cost more than the deleter of a buffer; with nothing
+   pending (every release), only an error `call` leaves is cleared. */
+#define DLPACK_REF_PRIV_KEEP_ERROR(call)                                      \
+    do {                                                                      \
+        PyObject *dlref_t_ = NULL, *dlref_v_ = NULL, *dlref_tb_ = NULL;       \
+        int dlref_pending_ = PyErr_Occurred() != NULL;                        \
+        if (dlref_pending_) PyErr_Fetch(&dlref_t_, &dlref_v_, &dlref_tb_);    \
+        call;                                                                 \
+        if (dlref_pending_ || PyErr_Occurred() != NULL)                       \
+            PyErr_Restore(dlref_t_, dlref_v_, dlref_tb_);                     \
     } while (0)
 #endif
 
@@ -885,39 +889,97 @@ done:
 }
 #endif
 
+#ifdef DLPACK_REF_TYPE_MEMO
+/* The memo's update and the call of an attribute that is no method stay out
+ * of line, so that the common call (a method, its type's memo found) stays
+ * small enough to be inlined where it is made. */
+#if defined(__GNUC__) || defined(__clang__)
+#define DLPACK_REF_PRIV_OUT_OF_LINE static __attribute__((noinline, unused))
+#elif defined(_MSC_VER)
+#define DLPACK_REF_PRIV_OUT_OF_LINE static __declspec(noinline)
+#else
+#define DLPACK_REF_PRIV_OUT_OF_LINE static inline
+#endif
+
+/* The attribute `m` that x's type holds, when it is no method descriptor
+ * (those take x as their first argument), called as x.name(*args[1:nargs],
+ * kwnames...) would call it when x has no instance dict: a descriptor (a
+ * slot of __slots__ holding a bound method, a property) through its
+ * __get__, any other object as it is. Called on args + 1 with
+ * PY_VECTORCALL_ARGUMENTS_OFFSET, as PyObject_VectorcallMethod calls it, so
+ * that a bound method can put its self in args[0] for the call, with no
+ * array of its own, and put x back (a Python bound method is called so
+ * here). */
+DLPACK_REF_PRIV_OUT_OF_LINE
+PyObject* dlpack_ref_priv_call_type_attribute(PyObject* m, PyTypeObject* tp, PyObject* const* args, size_t nargs,
+                                              PyObject* kwnames) {
+    descrgetfunc get = Py_TYPE(m)->tp_descr_get;
+    PyObject *callable, *r;
+    if (get == NULL) {
+        callable = m;
+        Py_INCREF(callable);
+    } else if ((callable = get(m, args[0], (PyObject*)tp)) == NULL) {
+        return NULL;
+    }
+    if (PyMethod_Check(callable)) {   /* exactly a bound method */
+        /* What the bound method's own call does, one call less: its
+           function on (its self, args[1:]), self in args[0] meanwhile. */
+        PyObject** slot = (PyObject**)args;
+        PyObject* x = slot[0];
+        slot[0] = PyMethod_GET_SELF(callable);
+        r = PyObject_Vectorcall(PyMethod_GET_FUNCTION(callable), args, nargs, kwnames);
+        slot[0] = x;
+    } else {
+        r = PyObject_Vectorcall(callable, args + 1, (nargs - 1) | PY_VECTORCALL_ARGUMENTS_OFFSET, kwnames);
+    }
+    Py_DECREF(callable);
+    return r;
+}
+
+/* `memo` set to tp's attribute `name` (borrowed; NULL, with nothing set,
+ * where x.name may be other than what the type holds: a type with its own
+ * attribute lookup or instances with a __dict__, or no such attribute). */
+DLPACK_REF_PRIV_OUT_OF_LINE
+PyObject* dlpack_ref_priv_method_memo_update(dlpack_ref_method_memo* memo, PyTypeObject* tp, PyObject* name) {
+    PyObject *m, *old_method, *old_type;
+    if (tp->tp_getattro != PyObject_GenericGetAttr || tp->tp_dictoffset != 0
+            || PyType_HasFeature(tp, Py_TPFLAGS_MANAGED_DICT))
+        return NULL;
+    m = _PyType_Lookup(tp, name);   /* borrowed; gives tp a version tag */
+    if (m == NULL || tp->tp_version_tag == 0) return NULL;
+    old_method = memo->method;
+    old_type = (PyObject*)memo->type;
+    Py_INCREF(m);
+    Py_INCREF(tp);
+    memo->type = tp;
+    memo->tag = tp->tp_version_tag;
+    memo->method = m;
+    Py_XDECREF(old_method);
+    Py_XDECREF(old_type);
+    return m;
+}
+#endif
+
 /* args[0].name(*args[1:nargs], kwnames...) as PyObject_VectorcallMethod
  * calls it (nargs counts args[0]; kwnames NULL or a tuple, their values
  * after the positional ones), with the attribute found on the type kept
  * in `memo` for as long as the type is unchanged. Only types whose
  * attribute lookup is the generic one and whose instances have no __dict__
- * are memoized (then the type's method is what x.name gives). */
+ * are memoized: then x.name is what the type's attribute gives for x,
+ * whatever kind of attribute it is.
+ * args[0] may be replaced during the call and is put back after it (as
+ * PY_VECTORCALL_ARGUMENTS_OFFSET allows): `args` is writable memory. */
 static inline PyObject* dlpack_ref_call_method(dlpack_ref_method_memo* memo, PyObject* name, PyObject* const* args,
                                                size_t nargs, PyObject* kwnames) {
 #ifdef DLPACK_REF_TYPE_MEMO
     PyTypeObject* tp = Py_TYPE(args[0]);
     PyObject *m, *r;
-    if (tp == memo->type && memo->tag != 0 && tp->tp_version_tag == memo->tag) {
-        m = memo->method;
-    } else if (tp->tp_getattro == PyObject_GenericGetAttr && tp->tp_dictoffset == 0
-               && !PyType_HasFeature(tp, Py_TPFLAGS_MANAGED_DICT)) {
-        PyObject *old_method, *old_type;
-        m = _PyType_Lookup(tp, name);   /* borrowed; gives tp a version tag */
-        if (m == NULL || !PyType_HasFeature(Py_TYPE(m), Py_TPFLAGS_METHOD_DESCRIPTOR) || tp->tp_version_tag == 0)
-            return PyObject_VectorcallMethod(name, (PyObject* const*)args, nargs, kwnames);
-        old_method = memo->method;
-        old_type = (PyObject*)memo->type;
-        Py_INCREF(m);
-        Py_INCREF(tp);
-        memo->type = tp;
-        memo->tag = tp->tp_version_tag;
-        memo->method = m;
-        Py_XDECREF(old_method);
-        Py_XDECREF(old_type);
-    } else {
+    if (tp == memo->type && memo->tag != 0 && tp->tp_version_tag == memo->tag) m = memo->method;
+    else if ((m = dlpack_ref_priv_method_memo_update(memo, tp, name)) == NULL)
         return PyObject_VectorcallMethod(name, (PyObject* const*)args, nargs, kwnames);
-    }
     Py_INCREF(m);   /* the call may change the type and drop the memo's reference */
-    r = PyObject_Vectorcall(m, args, nargs, kwnames);
+    if (PyType_HasFeature(Py_TYPE(m), Py_TPFLAGS_METHOD_DESCRIPTOR)) r = PyObject_Vectorcall(m, args, nargs, kwnames);
+    else r = dlpack_ref_priv_call_type_attribute(m, tp, args, nargs, kwnames);
     Py_DECREF(m);
     return r;
 #elif defined(DLPACK_REF_PRIV_NO_VECTORCALL)
@@ -1024,7 +1086,7 @@ static inline int dlpack_ref_parse_dl_device(PyObject* obj, DLDevice* out) {
     if (!PyLong_Check(t) || PyBool_Check(t) || !PyLong_Check(i) || PyBool_Check(i)) goto bad;
     tv = PyLong_AsLongLongAndOverflow(t, &o1);
     iv = PyLong_AsLongLongAndOverflow(i, &o2);
-    if (PyErr_Occurred()) return -1;
+    if ((tv == -1 || iv == -1) && PyErr_Occurred()) return -1;
     if (o1 || tv < 1 || tv > 0x7FFFFFFF || !dlpack_ref_device_type_known((int32_t)tv)) {
         PyErr_Format(PyExc_ValueError, "dl_device=%R has a device type that DLPack 1.3 does not define; defined: %s",
                      obj, DLPACK_REF_DEVICE_TYPES_ACCEPTED);

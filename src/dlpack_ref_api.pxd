@@ -182,6 +182,7 @@ cdef extern from "dlpack_ref.h":
         pass
     # x.name(*args[1:nargs], **kwnames) for x = args[0], by vectorcall. kwnames
     # is a PyObject* so that "no keywords" is NULL (Cython would pass None).
+    # args[0] may be replaced during the call and is put back after it.
     object dlpack_ref_call_method(dlpack_ref_method_memo* memo, object name, PyObject* const* args, size_t nargs,
                                   PyObject* kwnames)
     # The same call with its failure left pending (NULL, the error set), for

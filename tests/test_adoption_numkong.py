@@ -46,10 +46,10 @@ def report(path: Path, statuses: dict[str, str]) -> None:
 
 
 def judge(tmp_path, released_tests, adopted_tests, released_checks, adopted_checks, docs=DOCS):
-    junit(tmp_path / "released-tests.xml", released_tests)
-    junit(tmp_path / "adopted-tests.xml", adopted_tests)
-    report(tmp_path / "released-check.json", released_checks)
-    report(tmp_path / "adopted-check.json", adopted_checks)
+    junit(tmp_path / "tests-released.xml", released_tests)
+    junit(tmp_path / "tests-adopted.xml", adopted_tests)
+    report(tmp_path / "check-released.json", released_checks)
+    report(tmp_path / "check-adopted.json", adopted_checks)
     (tmp_path / "adoption.md").write_text(docs)
     return subprocess.run([sys.executable, str(COMPARE), "--work", str(tmp_path), "--docs", str(tmp_path / "adoption.md")],
                           capture_output=True, text=True, timeout=60)

@@ -252,6 +252,20 @@ def test_a_capsule_whose_context_is_free_is_the_buffers_owner(ext):
     assert sys.getrefcount(x) == refs
 
 
+def test_a_legacy_capsule_whose_context_is_free_is_the_buffers_owner_too(ext):
+    """The owner's release knows a legacy tensor from a versioned one by the
+    destructor it was given: the legacy deleter runs, and the array's
+    reference is given back."""
+    import sys
+    x = np.arange(4.0)
+    refs = sys.getrefcount(x)
+    view = ext.get_buffer(_Once(x.__dlpack__()))
+    assert capsule_name(view.owner) == b"used_dltensor" and view.address == x.ctypes.data
+    assert sys.getrefcount(x) == refs + 1
+    view.release()
+    assert sys.getrefcount(x) == refs
+
+
 def test_the_producers_own_destructor_still_runs_after_the_deleter(ext, factory):
     del _destroyed[:]
     view = ext.get_buffer(_PythonDestructorProducer(factory, shape=(3,)))

@@ -9,6 +9,7 @@ exactly what ``x.__dlpack__`` gives after the type, a base or the instance
 changes.
 """
 
+import functools
 import subprocess
 import sys
 import textwrap
@@ -198,6 +199,85 @@ def test_getattribute_overrides_are_honoured(factory):
 
     from_dlpack(Proxy(factory))
     assert seen == ["getattribute", "type"]
+
+
+class _Tagged:
+    """A producer whose methods record which object they were called on."""
+
+    def __init__(self, factory, tag, seen):
+        self.factory, self.tag, self.seen = factory, tag, seen
+
+    def __dlpack__(self, **kwargs):
+        self.seen.append(self.tag)
+        return self.factory.make(shape=(1,))
+
+    def __dlpack_device__(self):
+        return (1, 0)
+
+
+def test_methods_held_in_slots_are_what_the_slots_hold_now(factory):
+    """The memo keeps the type's attribute, here a slot's descriptor, never
+    what it gave one instance: each call reads the slot afresh, and the
+    bound method is called on its own object."""
+    seen = []
+
+    class Holder:
+        __slots__ = ("__dlpack__", "__dlpack_device__")
+
+    first, second = _Tagged(factory, "first", seen), _Tagged(factory, "second", seen)
+    x, y = Holder(), Holder()
+    x.__dlpack__, x.__dlpack_device__ = first.__dlpack__, first.__dlpack_device__
+    y.__dlpack__, y.__dlpack_device__ = second.__dlpack__, second.__dlpack_device__
+    from_dlpack(x)
+    from_dlpack(y)
+    x.__dlpack__ = second.__dlpack__
+    from_dlpack(x)
+    from_dlpack(y, copy=True)   # a request that asks whether __dlpack__ exists first
+    del x.__dlpack__
+    with pytest.raises(TypeError, match="Holder"):
+        from_dlpack(x)
+    with pytest.raises(TypeError, match="Holder"):
+        from_dlpack(x, copy=True)
+    assert seen == ["first", "second", "second", "second"]
+
+
+def test_a_request_with_copy_sees_dunder_dlpack_deleted_from_the_type(factory):
+    seen = []
+    Producer = _slotted_type("Producer", seen, "p")
+    x = Producer(factory)
+    from_dlpack(x, copy=True)
+    from_dlpack(x, copy=True)
+    del Producer.__dlpack__
+    with pytest.raises(TypeError, match="Producer"):
+        from_dlpack(x, copy=True)
+    assert seen == ["p", "p"]
+
+
+def test_type_attributes_that_are_no_methods_are_called_as_getattr_gives_them(factory):
+    """A callable that is no descriptor is called without the instance; a
+    staticmethod, a classmethod and a property through their __get__."""
+    seen = []
+    tagged = _Tagged(factory, "property", seen)
+
+    def plain(**kwargs):
+        seen.append("plain")
+        return factory.make(shape=(1,))
+
+    def on_class(cls, **kwargs):
+        seen.append(cls.__name__)
+        return factory.make(shape=(1,))
+
+    kinds = {
+        "Partial": functools.partial(plain),
+        "Static": staticmethod(plain),
+        "OnClass": classmethod(on_class),
+        "Property": property(lambda self: tagged.__dlpack__),
+    }
+    for name, attribute in kinds.items():
+        kind = type(name, (), {"__slots__": (), "__dlpack__": attribute, "__dlpack_device__": lambda self: (1, 0)})
+        for _ in range(2):   # the second call through the memo
+            from_dlpack(kind())
+    assert seen == ["plain", "plain", "plain", "plain", "OnClass", "OnClass", "property", "property"]
 
 
 def test_the_memo_keeps_no_deleter_count_wrong():

@@ -1,12 +1,13 @@
 """Judge numkong adopted against numkong released (adoption/numkong/run.sh).
 
-Reads, from the work folder, each build's pytest JUnit XML (NAME-tests.xml)
-and conformance report (NAME-check.json), and from docs/adoption.md the
+Reads, from the work folder, each build's pytest JUnit XML (tests-BUILD.xml)
+and conformance report (check-BUILD.json), and from docs/adoption.md the
 tests whose outcome changes on purpose: the rows of the table in section
 "## numkong" whose first cell is a test id in backquotes and whose second
 is the adopted outcome (`passed`, `failed` or `skipped`). Prints per build
 `numkong NAME: N passed, N failed, N skipped` and the checker's counts, then
-every regression, and exits 1 if there is any:
+every regression, and exits 1 if there is any (adoption/lib.sh prints the
+verdict):
 - a test released passes that the adopted build does not, unless listed;
 - a listed test whose adopted outcome is not the one listed;
 - a checker rule that passes released and does not pass adopted;
@@ -74,16 +75,16 @@ def main() -> int:
     args = parser.parse_args()
     tests, checks, problems = {}, {}, []
     for build in BUILDS:
-        xml, report = args.work / f"{build}-tests.xml", args.work / f"{build}-check.json"
+        xml, report = args.work / f"tests-{build}.xml", args.work / f"check-{build}.json"
         tests[build] = test_outcomes(xml) if xml.exists() else {}
         if not tests[build]:
-            problems.append(f"{build}: numkong's tests did not run (see {args.work / (build + '-tests.log')})")
+            problems.append(f"{build}: numkong's tests did not run (see {args.work / f'tests-{build}.log'})")
         print(f"numkong {build}: {counts(tests[build].values(), ('passed', 'failed', 'skipped'))}")
         try:
             checks[build] = check_results(report)
         except (OSError, ValueError, KeyError) as e:
             checks[build] = {}
-            problems.append(f"{build}: no checker report ({e}; see {args.work / (build + '-check.log')})")
+            problems.append(f"{build}: no checker report ({e}; see {args.work / f'check-{build}.log'})")
         if not checks[build]:
             problems.append(f"{build}: the checker reported nothing for numkong")
         print(f"numkong {build} check: {counts(checks[build].values(), ('pass', 'fail', 'not supported', 'error'))}")
@@ -119,7 +120,6 @@ def main() -> int:
 
     for p in problems:
         print("REGRESSION:", p)
-    print("numkong adoption:", "FAIL" if problems else "pass (no regression)")
     return 1 if problems else 0
 
 

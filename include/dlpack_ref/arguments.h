@@ -70,7 +70,7 @@ static inline int dlpack_ref_parse_dl_device(PyObject* obj, DLDevice* out) {
     if (!PyLong_Check(t) || PyBool_Check(t) || !PyLong_Check(i) || PyBool_Check(i)) goto bad;
     tv = PyLong_AsLongLongAndOverflow(t, &o1);
     iv = PyLong_AsLongLongAndOverflow(i, &o2);
-    if (PyErr_Occurred()) return -1;
+    if ((tv == -1 || iv == -1) && PyErr_Occurred()) return -1;
     if (o1 || tv < 1 || tv > 0x7FFFFFFF || !dlpack_ref_device_type_known((int32_t)tv)) {
         PyErr_Format(PyExc_ValueError, "dl_device=%R has a device type that DLPack 1.3 does not define; defined: %s",
                      obj, DLPACK_REF_DEVICE_TYPES_ACCEPTED);

@@ -81,12 +81,16 @@ static inline PyObject* dlpack_ref_priv_type_name(PyObject* o) {
         PyErr_SetRaisedException(dlref_pending_);        \
     } while (0)
 #else
-#define DLPACK_REF_PRIV_KEEP_ERROR(call)                 \
-    do {                                                 \
-        PyObject *dlref_t_, *dlref_v_, *dlref_tb_;       \
-        PyErr_Fetch(&dlref_t_, &dlref_v_, &dlref_tb_);   \
-        call;                                            \
-        PyErr_Restore(dlref_t_, dlref_v_, dlref_tb_);    \
+/* Fetch and Restore cost more than the deleter of a buffer; with nothing
+   pending (every release), only an error `call` leaves is cleared. */
+#define DLPACK_REF_PRIV_KEEP_ERROR(call)                                      \
+    do {                                                                      \
+        PyObject *dlref_t_ = NULL, *dlref_v_ = NULL, *dlref_tb_ = NULL;       \
+        int dlref_pending_ = PyErr_Occurred() != NULL;                        \
+        if (dlref_pending_) PyErr_Fetch(&dlref_t_, &dlref_v_, &dlref_tb_);    \
+        call;                                                                 \
+        if (dlref_pending_ || PyErr_Occurred() != NULL)                       \
+            PyErr_Restore(dlref_t_, dlref_v_, dlref_tb_);                     \
     } while (0)
 #endif
 

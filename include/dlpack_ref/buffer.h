@@ -24,18 +24,32 @@ static inline void dlpack_ref_priv_buffer_owner_destroy(PyObject* owner) {
 static inline int dlpack_ref_is_contiguous(const DLTensor* t) {
     int32_t i;
     int64_t c = 1, f = 1;
-    int c_ok = 1, f_ok = 1;
+    int c_ok = 1;
     if (t->strides == NULL) return 1;
     for (i = t->ndim - 1; i >= 0; --i) {
         if (t->shape[i] == 0) return 1;
         if (t->shape[i] != 1 && t->strides[i] != c) c_ok = 0;
         c *= t->shape[i];
     }
+    if (c_ok) return 1;
     for (i = 0; i < t->ndim; ++i) {
-        if (t->shape[i] != 1 && t->strides[i] != f) f_ok = 0;
+        if (t->shape[i] != 1 && t->strides[i] != f) return 0;
         f *= t->shape[i];
     }
-    return c_ok || f_ok;
+    return 1;
+}
+
+/* The bytes of the taken tensor `t`, whose extents the checks have bounded
+ * (their product fits in int64 unless one is 0), with no second check. */
+static inline Py_ssize_t dlpack_ref_priv_taken_nbytes(const DLPackRefTensor* t) {
+    const DLTensor* d = t->dl_tensor;
+    uint64_t count = 1;
+    int32_t i;
+    for (i = 0; i < d->ndim; ++i) {
+        if (d->shape[i] == 0) return 0;
+        count *= (uint64_t)d->shape[i];
+    }
+    return (Py_ssize_t)dlpack_ref_nbytes((int64_t)count, dlpack_ref_storage_bits(d->dtype, t->flags));
 }
 
 /* What a Py_buffer of the taken tensor `t` needs besides the checks every
@@ -67,8 +81,7 @@ static inline int dlpack_ref_tensor_to_buffer(DLPackRefTensor* t, Py_buffer* vie
     PyObject* owner;
     int r;
     char* data = (char*)d->data + d->byte_offset;
-    int64_t count = dlpack_ref_element_count(d->shape, d->ndim);
-    Py_ssize_t len = (Py_ssize_t)dlpack_ref_nbytes(count, dlpack_ref_storage_bits(d->dtype, t->flags));
+    Py_ssize_t len = dlpack_ref_priv_taken_nbytes(t);
     int readonly = (t->flags & DLPACK_FLAG_BITMASK_READ_ONLY) != 0;
     if (dlpack_ref_priv_check_buffer(t, flags) < 0) {
         DLPACK_REF_PRIV_KEEP_ERROR(dlpack_ref_release(t));
@@ -90,16 +103,17 @@ static inline int dlpack_ref_tensor_to_buffer(DLPackRefTensor* t, Py_buffer* vie
 
 /* The destructor a claimed capsule gets when it owns the buffer made of its
  * tensor: the deleter, once, then the producer's own destructor (kept in
- * the context), which finds the capsule used and leaves the tensor alone. */
-static inline void dlpack_ref_priv_owning_capsule_destroy(PyObject* capsule) {
+ * the context), which finds the capsule used and leaves the tensor alone.
+ * One for each kind of tensor, so that the kind needs no reading of the
+ * name. */
+static inline void dlpack_ref_priv_owning_capsule_release(PyObject* capsule, int versioned) {
     DLPackRefTensor t;
     PyCapsule_Destructor original;
     void* context = PyCapsule_GetContext(capsule);
-    const char* name = PyCapsule_GetName(capsule);
     memcpy(&original, &context, sizeof original);
-    t.versioned = name == dlpack_ref_priv_used_versioned
-                  || (name != NULL && strcmp(name, DLPACK_REF_CAPSULE_USED_VERSIONED) == 0);
-    t.managed = PyCapsule_GetPointer(capsule, name);
+    t.versioned = versioned;
+    t.managed = PyCapsule_GetPointer(capsule,
+                                     versioned ? dlpack_ref_priv_used_versioned : dlpack_ref_priv_used_legacy);
     if (t.managed == NULL) {
         PyErr_Clear();
         return;
@@ -107,11 +121,20 @@ static inline void dlpack_ref_priv_owning_capsule_destroy(PyObject* capsule) {
     DLPACK_REF_PRIV_KEEP_ERROR(dlpack_ref_release(&t); if (original != NULL) original(capsule));
 }
 
-/* Make the claimed `capsule` the owner of its tensor (1), so that a buffer
- * needs no owner object of its own: the producer's destructor goes to the
- * capsule's context and dlpack_ref_priv_owning_capsule_destroy takes its
+static inline void dlpack_ref_priv_owning_capsule_destroy(PyObject* capsule) {
+    dlpack_ref_priv_owning_capsule_release(capsule, 1);
+}
+
+static inline void dlpack_ref_priv_owning_legacy_capsule_destroy(PyObject* capsule) {
+    dlpack_ref_priv_owning_capsule_release(capsule, 0);
+}
+
+/* Make the claimed `capsule` the owner of its tensor (1; `versioned`: of a
+ * DLManagedTensorVersioned), so that a buffer needs no owner object of its
+ * own: the producer's destructor goes to the capsule's context and
+ * dlpack_ref_priv_owning_capsule_destroy (or its legacy twin) takes its
  * place. 0 (nothing changed) when the producer uses the context. */
-static inline int dlpack_ref_priv_capsule_takes_ownership(PyObject* capsule) {
+static inline int dlpack_ref_priv_capsule_takes_ownership(PyObject* capsule, int versioned) {
     PyCapsule_Destructor original;
     void* context;
     if (sizeof original != sizeof context || PyCapsule_GetContext(capsule) != NULL) return 0;
@@ -121,7 +144,8 @@ static inline int dlpack_ref_priv_capsule_takes_ownership(PyObject* capsule) {
         PyErr_Clear();
         return 0;
     }
-    if (PyCapsule_SetDestructor(capsule, dlpack_ref_priv_owning_capsule_destroy) < 0) {
+    if (PyCapsule_SetDestructor(capsule, versioned ? dlpack_ref_priv_owning_capsule_destroy
+                                                   : dlpack_ref_priv_owning_legacy_capsule_destroy) < 0) {
         PyErr_Clear();
         PyCapsule_SetContext(capsule, NULL);
         return 0;
@@ -162,12 +186,10 @@ static inline int dlpack_ref_capsule_to_buffer(PyObject* capsule, Py_buffer* vie
         DLPACK_REF_PRIV_KEEP_ERROR(dlpack_ref_release(&t));
         return -1;
     }
-    if (dlpack_ref_priv_capsule_takes_ownership(capsule)) {
+    if (dlpack_ref_priv_capsule_takes_ownership(capsule, t.versioned)) {
         /* The capsule is the owner (view->obj): no object is made. */
         const DLTensor* d = t.dl_tensor;
-        int64_t count = dlpack_ref_element_count(d->shape, d->ndim);
-        return PyBuffer_FillInfo(view, capsule, (char*)d->data + d->byte_offset,
-                                 (Py_ssize_t)dlpack_ref_nbytes(count, dlpack_ref_storage_bits(d->dtype, t.flags)),
+        return PyBuffer_FillInfo(view, capsule, (char*)d->data + d->byte_offset, dlpack_ref_priv_taken_nbytes(&t),
                                  (t.flags & DLPACK_FLAG_BITMASK_READ_ONLY) != 0, flags);
     }
     return dlpack_ref_tensor_to_buffer(&t, view, flags);
@@ -223,8 +245,16 @@ static inline int dlpack_ref_get_buffer(PyObject* x, Py_buffer* view, int flags,
        synchronization, which is what the request below asks of any other
        (its own memory, the stream left to the caller); any failure of the
        table falls back to __dlpack__. */
-    api = dlpack_ref_exchange_api_memo_ref(&dlpack_ref_priv_api_memo, Py_TYPE(x), &owner);
-    if (api == NULL && PyErr_Occurred()) return -1;
+#ifdef DLPACK_REF_TYPE_MEMO
+    if (dlpack_ref_priv_api_memo_holds(&dlpack_ref_priv_api_memo, Py_TYPE(x))) {
+        /* the type's answer, kept: no lookup, and no error to look for */
+        api = dlpack_ref_priv_api_memo.api;
+        owner = NULL;
+    } else
+#endif
+    if ((api = dlpack_ref_exchange_api_memo_ref(&dlpack_ref_priv_api_memo, Py_TYPE(x), &owner)) == NULL
+            && PyErr_Occurred())
+        return -1;
     r = api == NULL ? 0 : dlpack_ref_priv_take_by_table(api, x, &t);
     Py_XDECREF(owner);
     if (r < 0) return -1;

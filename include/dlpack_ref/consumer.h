@@ -34,6 +34,21 @@ static inline int dlpack_ref_priv_has(PyObject* x, PyObject* name) {
     return has;
 }
 
+/* Whether x has `__dlpack__` (PyObject_HasAttr, which makes and drops a
+ * bound method): known without a lookup when x's type is the one the
+ * consumer last called it on and the memo holds a method there (a
+ * descriptor such as an empty slot may still raise: those are looked up). */
+static inline int dlpack_ref_priv_has_dlpack(PyObject* x, PyObject* name) {
+#ifdef DLPACK_REF_TYPE_MEMO
+    const dlpack_ref_method_memo* memo = &dlpack_ref_priv_dlpack_memo;
+    PyTypeObject* tp = Py_TYPE(x);
+    if (tp == memo->type && memo->tag != 0 && tp->tp_version_tag == memo->tag
+            && PyType_HasFeature(Py_TYPE(memo->method), Py_TPFLAGS_METHOD_DESCRIPTOR))
+        return 1;
+#endif
+    return PyObject_HasAttr(x, name);
+}
+
 /* The TypeError of an object that is neither a producer nor a capsule. */
 static inline int dlpack_ref_priv_not_dlpack(PyObject* x) {
     PyObject* tn = dlpack_ref_priv_type_name(x);
@@ -311,7 +326,7 @@ static inline int dlpack_ref_import(PyObject* obj, DLPackRefTensor* out) {
 static inline int dlpack_ref_consumer_source(PyObject* x, DLDevice* source) {
     const dlpack_ref_names* n = dlpack_ref_protocol_names();
     if (n == NULL) return -1;
-    if (!PyObject_HasAttr(x, n->dlpack)) return dlpack_ref_priv_not_dlpack(x);
+    if (!dlpack_ref_priv_has_dlpack(x, n->dlpack)) return dlpack_ref_priv_not_dlpack(x);
     return dlpack_ref_announced_device(x, source);
 }
 

@@ -50,6 +50,23 @@ done:
     return result;
 }
 
+/* o.name into *out (a new reference) and 1; 0 with *out NULL and nothing
+ * set when o has no such attribute; -1 with the error of any other
+ * failure. From 3.13 (PyObject_GetOptionalAttr) a missing attribute raises
+ * nothing, where before an AttributeError is made and cleared: the lookup
+ * of every type without an exchange table, on every import where the
+ * per-type memo is off (the limited API, free-threaded builds). */
+static inline int dlpack_ref_priv_optional_attr(PyObject* o, PyObject* name, PyObject** out) {
+#if PY_VERSION_HEX >= 0x030D0000 && (!defined(Py_LIMITED_API) || Py_LIMITED_API + 0 >= 0x030D0000)
+    return PyObject_GetOptionalAttr(o, name, out);
+#else
+    if ((*out = PyObject_GetAttr(o, name)) != NULL) return 1;
+    if (!PyErr_ExceptionMatches(PyExc_AttributeError)) return -1;
+    PyErr_Clear();
+    return 0;
+#endif
+}
+
 /* The DLPack 1.x exchange table a type publishes as
  * `__dlpack_c_exchange_api__` (following `prev_api` from another major
  * version, at most DLPACK_REF_MAX_API_CHAIN links: a longer chain is taken as
@@ -70,12 +87,16 @@ done:
 static inline const DLPackExchangeAPI* dlpack_ref_priv_exchange_api(PyObject* tp, PyObject** owner,
                                                                      int* type_holds) {
     const DLPackExchangeAPIHeader* header;
-    int links = 0, overridden;
+    const dlpack_ref_names* n = dlpack_ref_protocol_names();
+    int links = 0, overridden, found;
     PyObject *cap, *held = NULL;
     *owner = NULL;
     if (type_holds != NULL) *type_holds = 0;
-    cap = PyObject_GetAttrString(tp, "__dlpack_c_exchange_api__");
-    if (cap == NULL) goto failed;
+    if (n == NULL) goto failed;
+    if ((found = dlpack_ref_priv_optional_attr(tp, n->exchange_api, &cap)) <= 0) {
+        if (found == 0) return NULL;   /* no table, nothing raised */
+        goto failed;
+    }
     overridden = dlpack_ref_priv_api_class_attr(tp, &held);
     if (overridden != 0) {
         Py_DECREF(cap);
@@ -130,6 +151,15 @@ typedef struct dlpack_ref_api_memo {
     const DLPackExchangeAPI* api;
 } dlpack_ref_api_memo;
 
+#ifdef DLPACK_REF_TYPE_MEMO
+/* Whether `memo` holds the answer for `tp`: the same type, and it and its
+ * metaclass unchanged since. */
+static inline int dlpack_ref_priv_api_memo_holds(const dlpack_ref_api_memo* memo, PyTypeObject* tp) {
+    return tp == memo->type && memo->tag != 0 && tp->tp_version_tag == memo->tag
+           && Py_TYPE(tp)->tp_version_tag == memo->meta_tag;
+}
+#endif
+
 /* dlpack_ref_exchange_api_ref(tp, owner), kept in `memo` while tp and its
  * metaclass are unchanged. Memoized only where the metaclass reads
  * attributes as `type` does, and a table only when the type itself holds
@@ -145,8 +175,7 @@ static inline const DLPackExchangeAPI* dlpack_ref_exchange_api_memo_ref(dlpack_r
     unsigned int tag, meta_tag;
     int type_holds;
     *owner = NULL;
-    if (tp == memo->type && memo->tag != 0 && tp->tp_version_tag == memo->tag && meta->tp_version_tag == memo->meta_tag)
-        return memo->api;
+    if (dlpack_ref_priv_api_memo_holds(memo, tp)) return memo->api;
     if (meta->tp_getattro != PyType_Type.tp_getattro || (names = dlpack_ref_protocol_names()) == NULL)
         return dlpack_ref_exchange_api_ref((PyObject*)tp, owner);
     (void)_PyType_Lookup(tp, names->exchange_api);     /* borrowed; assigns the version tags */

@@ -37,6 +37,9 @@ FILES = {
     f"{RESULTS}/pool_threshold.json": ("python benchmarks/pool_threshold.py", "NumPy; 2 cores or more"),
     f"{RESULTS}/adoption_producer.json": ("python benchmarks/adoption_producer.py",
                                           "the two numkong builds of adoption/run.sh numkong; valgrind for the counts"),
+    f"{RESULTS}/adoption_mpi4py.json": ("python benchmarks/adoption_mpi4py.py",
+                                        "the two mpi4py builds of adoption/run.sh mpi4py; PyTorch; valgrind for "
+                                        "the counts"),
     f"{RESULTS}/callgrind_adopter.json": ("python benchmarks/callgrind_adopter.py",
                                           "valgrind, a C and C++ compiler, Cython, pybind11, nanobind, CMake, NumPy"),
     f"{RESULTS}/reproduction_sizes.json": ("python benchmarks/reproduction_sizes.py", "NumPy"),

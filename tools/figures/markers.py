@@ -56,6 +56,8 @@ FIGURES: dict[str, tuple[str, Callable[[list[Source], list[str]], str]]] = {
     "adopter-table": ("callgrind_adopter", render_adopters.adopter_table),
     "adoption-producer-run": ("adoption_producer", render_adoption.adoption_producer_run),
     "adoption-producer-table": ("adoption_producer", render_adoption.adoption_producer_table),
+    "adoption-mpi4py-run": ("adoption_mpi4py", render_adoption.adoption_mpi4py_run),
+    "adoption-mpi4py-table": ("adoption_mpi4py", render_adoption.adoption_mpi4py_table),
     "ecosystem-summary": ("ecosystem", render_ecosystem.ecosystem_summary),
     "ecosystem-rules": ("ecosystem", render_ecosystem.ecosystem_rules),
     "ecosystem-exchange": ("ecosystem", render_ecosystem.ecosystem_exchange),

@@ -34,7 +34,8 @@ def versions_text(versions: dict) -> str:
 
 
 # Files of counts (instructions, lines of code), which the load does not move.
-COUNTS = {"callgrind_adopter", "adoption_producer", "copies_instructions", "reproduction_sizes"}
+COUNTS = {"adoption_mpi4py", "adoption_producer", "callgrind_adopter", "copies_instructions",
+          "reproduction_sizes"}
 
 
 def run_problems(src: Source) -> list[str]:
