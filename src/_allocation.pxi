@@ -58,9 +58,9 @@ cdef Array _empty_dims(const int64_t* dims, int32_t nd, DLDataType dt, DLDevice 
                        tuple copy_from=None):
     """_empty of a shape given as a C array (no tuple made: copies of
     existing Arrays call this). ``copy_from``: (device type, device id,
-    stream) of the source when the memory is the destination of a device
-    copy issued next (the CUDA layer allocates it in that copy's stream
-    order)."""
+    sync, handle) of the source and the copy's stream when the memory is the
+    destination of a device copy issued next (the CUDA layer allocates it in
+    that copy's stream order)."""
     dlpack_check_dtype(dt)
     cdef Array a = _new_array(nd)
     cdef int i

@@ -249,7 +249,7 @@ cdef class Array:
 
     def copy(self):
         """A C-contiguous, writable copy on the same device."""
-        return _copy_to(self, self._device, None)
+        return _copy_to(self, self._device, &_STREAM_NONE)
 
     def to_device(self, device, /, *, stream=None):
         """This array on ``device``: ``self`` when already there, else a copy.
@@ -265,7 +265,9 @@ cdef class Array:
         if target.device_type == self._device.device_type and (
                 target.device_id == self._device.device_id or target.device_type == kDLCPU):
             return self
-        return _copy_to(self, target, _stream_arg(stream))
+        cdef dlpack_ref_stream parsed
+        _parse_stream(stream, &parsed)
+        return _copy_to(self, target, &parsed)
 
     def tolist(self):
         """Nested Python lists of Python scalars (a scalar for 0-d)."""

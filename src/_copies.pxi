@@ -9,10 +9,16 @@ cdef enum:
     _NOGIL_ELEMENTS = 1 << 14
 
 
-cdef Array _copy_to(Array src, DLDevice target, object stream):
+# A copy the caller orders on no stream of its own: stream=None, as the
+# header parses it (the legacy default stream; a copy to the host is done on
+# return).
+cdef dlpack_ref_stream _STREAM_NONE = dlpack_ref_stream_none()
+
+
+cdef Array _copy_to(Array src, DLDevice target, const dlpack_ref_stream* stream):
     """A C-contiguous copy of src on target; device transfers go through
-    the CUDA layer, ordered on `stream` (checked where it entered: None or a
-    handle)."""
+    the CUDA layer, ordered on `stream` (parsed where it entered; its fields
+    are handed on as they are)."""
     cdef DLDevice memory = target
     cdef tuple copy_from = None
     # Host memory that no CUDA runtime orders (CPU, TPU_PINNED) is copied to
@@ -21,7 +27,7 @@ cdef Array _copy_to(Array src, DLDevice target, object stream):
         src._device.device_type) and not dlpack_ref_device_cuda_family(src._device.device_type)
     if target.device_type == kDLCPU and not on_host and (
             not dlpack_ref_device_host_accessible(src._device.device_type)
-            or (stream is not None and stream != -1)):
+            or (stream.given and stream.sync)):
         # A copy of device memory to the host lands in page-locked memory:
         # it runs at pinned bandwidth (a copy into pageable memory is staged
         # by the driver) and, on a stream, does not block (one into pageable
@@ -30,7 +36,7 @@ cdef Array _copy_to(Array src, DLDevice target, object stream):
         memory.device_type = kDLCUDAHost
         memory.device_id = 0
     if not on_host:
-        copy_from = (src._device.device_type, src._device.device_id, stream)
+        copy_from = (src._device.device_type, src._device.device_id, stream.sync, stream.handle)
     cdef Array dst = _empty_dims(src._shape, src._ndim, src._dtype, memory,
                                  (src._flags & DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED) != 0, copy_from)
     dst._device = target
@@ -49,7 +55,7 @@ cdef Array _host_readable(Array a):
     cpu.device_id = 0
     cdef Array out
     if not dlpack_ref_device_host_accessible(a._device.device_type):
-        a = _copy_to(a, cpu, None)
+        a = _copy_to(a, cpu, &_STREAM_NONE)
     elif a._device.device_type != kDLCPU:
         _host_wait(a)
     if _is_packed(a._dtype, a._flags):
@@ -146,7 +152,7 @@ cdef Array _converted(Array src, DLDataType dt):
     cdef Array out = _empty_dims(src._shape, src._ndim, dt, cpu)
     _host_convert(out, host)
     if src._device.device_type != kDLCPU:
-        return _copy_to(out, src._device, None)
+        return _copy_to(out, src._device, &_STREAM_NONE)
     return out
 
 
@@ -165,7 +171,7 @@ cdef int _assign(Array dst, Array src) except -1:
             and dst._device.device_type == kDLCPU and b._device.device_type == kDLCPU:
         _host_copy(dst, b, False)
     else:
-        _device_copy(dst, b, None)
+        _device_copy(dst, b, &_STREAM_NONE)
     return 0
 
 

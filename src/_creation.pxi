@@ -98,7 +98,7 @@ def asarray(obj, /, *, dtype=None, device=None, copy=None):
         if copy is True and device is None and not has_want:
             a = obj if isinstance(obj, Array) else _import_plain(obj)
             if a._device.device_type == kDLCPU:
-                return _copy_to(a, cpu, None)
+                return _copy_to(a, cpu, &_STREAM_NONE)
             # Device data: let go (a producer's deleter runs now), then
             # imported again below with copy=True, copied on its device.
             a = None
@@ -118,7 +118,7 @@ def asarray(obj, /, *, dtype=None, device=None, copy=None):
         # copied when it has that type already.
         if has_want and copy is True:
             a = _from_dlpack(obj, device, None)
-            return _copy_to(a, a._device, None) if _same_dtype(want, a._dtype) else _converted(a, want)
+            return _copy_to(a, a._device, &_STREAM_NONE) if _same_dtype(want, a._dtype) else _converted(a, want)
         return _cast(_from_dlpack(obj, device, copy), want, has_want, copy)
     if _may_export_buffer(obj):
         if copy is True and device is None and not has_want:
@@ -129,7 +129,7 @@ def asarray(obj, /, *, dtype=None, device=None, copy=None):
                 raise CopyForbiddenError(f"copy=False, but moving host memory to {device} needs a copy")
             return _cast(a, want, has_want, copy).to_device(device)
         if copy is True and (not has_want or _same_dtype(want, a._dtype)):
-            a = _copy_to(a, cpu, None)
+            a = _copy_to(a, cpu, &_STREAM_NONE)
         return _cast(a, want, has_want, copy)
     if copy is False:
         raise _always_copies(obj)

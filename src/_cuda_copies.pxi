@@ -81,7 +81,7 @@ def _coalesce(shape, dst_strides, src_strides):
     return (tuple([sh[i] for i in range(k)]), tuple([ds[i] for i in range(k)]), tuple([ss[i] for i in range(k)]))
 
 
-cdef int _device_copy(Array dst, Array src, object stream) except -1:
+cdef int _device_copy(Array dst, Array src, const dlpack_ref_stream* stream) except -1:
     """Copy src into dst (same shape) through the CUDA layer, with their
     dimensions coalesced here (the CUDA layer plans its driver copies on
     them and merges nothing itself)."""
@@ -90,8 +90,8 @@ cdef int _device_copy(Array dst, Array src, object stream) except -1:
     if itemsize and src._device.device_type == kDLCPU and dst._device.device_type != kDLCPU \
             and not _is_c_contiguous(src):
         # Gather pageable host data on the host: one transfer instead of many.
-        src = _copy_to(src, src._device, None)
+        src = _copy_to(src, src._device, &_STREAM_NONE)
     shape, dst_strides, src_strides = _coalesced(dst, src, itemsize)
     _cuda().copy_array(_block(dst, dst_strides), _block(src, src_strides), shape, itemsize,
-                       <size_t>((_size_of(src) * bits + 7) // 8), stream)
+                       <size_t>((_size_of(src) * bits + 7) // 8), stream.given, stream.sync, stream.handle)
     return 0

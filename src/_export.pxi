@@ -7,25 +7,14 @@
 dlpack_ref_set_copy_forbidden_error(CopyForbiddenError)
 
 
-cdef inline object _stream_for_cuda(const dlpack_ref_stream* s):
-    """A stream as the header parsed it, field by field as the CUDA layer
-    receives it (dlpack_ref._streams): None when none was given, NO_SYNC
-    (-1) when nothing is to be ordered, else the handle (unsigned, as it
-    is)."""
-    if not s.given:
-        return None
-    if not s.sync:
-        return -1
-    return s.handle
-
-
 cdef int _order_for_consumer(void* ctx, const DLTensor* t, const dlpack_ref_stream* stream) except -1:
     """The producer call's stream-order callback: the consumer's stream
-    (as the header parsed it) waits for the Array's pending work (none:
-    nothing to order)."""
+    (as the header parsed it, its fields handed on as they are) waits for
+    the Array's pending work (none: nothing to order)."""
     cdef Array a = <Array>ctx
     if not _work_of(a).idle:
-        _cuda().export_sync(_work_of(a), a._device.device_type, a._device.device_id, _stream_for_cuda(stream))
+        _cuda().export_sync(_work_of(a), a._device.device_type, a._device.device_id,
+                            stream.given, stream.sync, stream.handle)
     return 0
 
 
@@ -33,13 +22,13 @@ cdef int _copy_for_consumer(void* ctx, const DLTensor* src, DLDevice target, con
                             DLTensor* out, PyObject** out_owner) except -1:
     """The producer call's copy callback: a copy on target, ordered on the
     consumer's stream (as the header parsed it)."""
-    stream_arg = _stream_for_cuda(stream)
-    cdef Array c = _copy_to(<Array>ctx, target, stream_arg)
+    cdef Array c = _copy_to(<Array>ctx, target, stream)
     if dlpack_ref_device_cuda_family(c._device.device_type):
         # The copy ran on a stream of the source's device; the consumer's
         # stream is one of the target's (another GPU, or the host for
         # managed memory with stream=None).
-        _cuda().export_copy(_work_of(c), c._device.device_type, c._device.device_id, stream_arg)
+        _cuda().export_copy(_work_of(c), c._device.device_type, c._device.device_id,
+                            stream.given, stream.sync, stream.handle)
     _borrow_dltensor(c, out)
     Py_INCREF(c)
     out_owner[0] = <PyObject*>c
@@ -136,19 +125,18 @@ cdef DLManagedTensorVersioned* _versioned_block(Array a, uint64_t flags) except 
     return dlpack_ref_api_versioned_block(&t, <PyObject*>a, flags)
 
 
-def _stream_handle(stream):
-    """The driver handle a DLPack ``stream`` value names for CUDA-family
-    memory, parsed by the header's one stream rule: 1 for None, -1 for no
-    sync, else 1, 2 or a handle > 2. For the Python entry that takes a
-    stream (dlpack_ref.cuda.stream)."""
+def _stream_fields(stream):
+    """``(sync, handle)`` of a DLPack ``stream`` value for CUDA-family
+    memory, parsed by the header's one stream rule (the handle 1 for None
+    and for -1, whose sync is 0). For the Python entry that takes a stream
+    (dlpack_ref.cuda.stream)."""
     cdef dlpack_ref_stream s
     dlpack_ref_stream_converter(stream, &s)
-    return s.handle if s.sync else -1
+    return s.sync, s.handle
 
 
-cdef object _stream_arg(object stream):
+cdef inline int _parse_stream(object stream, dlpack_ref_stream* parsed) except -1:
     """A `stream` argument of the core's own (to_device), parsed where it
-    enters, as the CUDA layer receives it."""
-    cdef dlpack_ref_stream s
-    dlpack_ref_stream_converter(stream, &s)
-    return _stream_for_cuda(&s)
+    enters into the struct the copy receives."""
+    dlpack_ref_stream_converter(stream, parsed)
+    return 0

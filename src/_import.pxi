@@ -226,7 +226,7 @@ cdef Array _from_dlpack(object x, object device, object copy):
             and (<Array>x)._work is None and (not have_target or target.device_type == kDLCPU):
         # One of ours in host memory with no copy pending into it, copied
         # on the host: its own copy (Array.copy), with no export to itself.
-        return _copy_to(<Array>x, (<Array>x)._device, None)
+        return _copy_to(<Array>x, (<Array>x)._device, &_STREAM_NONE)
     if copy is True and type(x) is _ndarray_type() and (
             not have_target or (target.device_type == kDLCPU and target.device_id == 0)):
         # An exact NumPy array (host memory, its __dlpack__ not overridable)
@@ -236,7 +236,7 @@ cdef Array _from_dlpack(object x, object device, object copy):
             return a
     if PyCapsule_CheckExact(x):
         a = _array_from_capsule(x)
-        return _finish_import(a, x, target if have_target else a._device, copy, False)
+        return _finish_import(a, x, target if have_target else a._device, copy, False, &_STREAM_NONE)
     cdef void* api = _exchange_api_of(type(x))
     a = Array.__new__(Array)
     cdef int taken_plain = dlpack_ref_consumer_source_or_plain(x, <const DLPackExchangeAPI*>api, &source, &taken)
@@ -244,15 +244,21 @@ cdef Array _from_dlpack(object x, object device, object copy):
         _own_taken(a, &taken)
     if not have_target:
         target = source
-    stream = None
+    cdef dlpack_ref_stream stream = _STREAM_NONE
+    stream_arg = None
     if dlpack_ref_device_cuda_family(source.device_type) and (_stream_contexts() or dlpack_ref_device_cuda_family(target.device_type)):
-        stream = _cuda().consumer_stream_for(_device_object(source), _device_object(target))
+        current = _cuda().consumer_stream_for(_device_object(source), _device_object(target))
+        if current is not None:
+            # The fields of dlpack_ref.cuda.stream's parse, as it left them.
+            stream.given = 1
+            stream.sync, stream.handle = current
+            stream_arg = _stream_argument(&stream)
     if taken_plain:
         # Its __dlpack_device__ named no device: the plain request's tensor
         # (its table's, else __dlpack__'s), moved or copied here.
         if taken_plain == 2 and dlpack_ref_device_cuda_family(a._device.device_type):
             _order_after_table_export(<DLPackExchangeAPI*>api, x, a)
-        return _finish_import(a, x, target, copy, False, stream)
+        return _finish_import(a, x, target, copy, False, &stream)
     if copy is True and source.device_type == kDLCPU and target.device_type == kDLCPU:
         # Memory the CPU reads, wanted on the CPU: the producer's tensor in
         # place, copied here on the worker pool into a fresh allocation. The
@@ -260,18 +266,25 @@ cdef Array _from_dlpack(object x, object device, object copy):
         # export (BufferError).
         if dlpack_ref_consumer_call_in_place(x, None, source, &taken):
             _own_taken(a, &taken)
-            return _finish_import(a, x, target, copy, False)
-    dlpack_ref_consumer_call(x, stream, &target if have_target else NULL, copy, source, &taken, &producer_did_it)
+            return _finish_import(a, x, target, copy, False, &_STREAM_NONE)
+    dlpack_ref_consumer_call(x, stream_arg, &target if have_target else NULL, copy, source, &taken, &producer_did_it)
     _own_taken(a, &taken)
-    if stream is not None and stream != -1 and dlpack_ref_device_cuda_family(a._device.device_type) and \
-            (stream > 2 or a._device.device_id == source.device_id):
+    if stream.given and stream.sync and dlpack_ref_device_cuda_family(a._device.device_type) and \
+            (stream.handle > 2 or a._device.device_id == source.device_id):
         # The producer ordered the data on our stream: its last write.
-        _cuda().imported(_work_of(a), a._device.device_type, a._device.device_id, stream)
-    return _finish_import(a, x, target, copy, producer_did_it, stream)
+        _cuda().imported(_work_of(a), a._device.device_type, a._device.device_id, stream.handle)
+    return _finish_import(a, x, target, copy, producer_did_it, &stream)
+
+
+cdef inline object _stream_argument(const dlpack_ref_stream* s):
+    """The `stream` a consumer call passes for a stream that was given: the
+    protocol's value its fields were parsed from (-1 for no sync, else the
+    handle; a __cuda_stream__ object is passed as its handle)."""
+    return s.handle if s.sync else -1
 
 
 cdef Array _finish_import(Array a, object x, DLDevice target, object copy, bint producer_did_it,
-                          object stream=None):
+                          const dlpack_ref_stream* stream):
     """The copy the header's rule asks for (a refusal drops `a`, which runs
     the deleter)."""
     cdef uint64_t flags = (<DLManagedTensorVersioned*>a._managed).flags if a._managed_versioned else 0
@@ -328,7 +341,7 @@ cdef Array _buffer_copy(object obj):
     cdef Py_buffer view
     _acquire_buffer(obj, &view)
     try:
-        return _copy_to(_described_buffer(&view, obj), cpu, None)
+        return _copy_to(_described_buffer(&view, obj), cpu, &_STREAM_NONE)
     finally:
         PyBuffer_Release(&view)
 

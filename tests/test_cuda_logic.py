@@ -661,3 +661,96 @@ def test_no_device_wide_sync_anywhere(fake):
     a.__dlpack__(stream=s, dl_device=(1, 0))
     a.to_device("cuda:1").to_device("cuda_managed:0").__dlpack__(dl_device=(1, 0))
     assert fake.ops("device_sync") == []
+
+
+class _Proto:
+    def __init__(self, handle):
+        self.handle = handle
+
+    def __cuda_stream__(self):
+        return (0, self.handle)
+
+
+@pytest.fixture
+def layer_calls(fake, monkeypatch):
+    """The CUDA layer's stream entries, each recorded (its stream arguments)
+    and then run as it is."""
+    from dlpack_ref import _cuda_layer
+    seen = []
+
+    def recording(name, stream_args):
+        real = getattr(_cuda_layer, name)
+
+        def call(*args):
+            seen.append((name, args[len(args) - stream_args:]))
+            return real(*args)
+        monkeypatch.setattr(_cuda_layer, name, call)
+
+    for name in ("copy_array", "export_sync", "export_copy"):
+        recording(name, 3)
+    recording("imported", 1)
+    recording("consumer_stream_for", 0)
+    return seen
+
+
+def _stream_cases(fake):
+    """(the stream argument, the fields the header parses it to: given,
+    sync, handle) for every kind of CUDA stream value."""
+    h = fake.new_stream(0)
+    return [(None, (0, 1, 1)), (1, (1, 1, 1)), (2, (1, 1, 2)), (-1, (1, 0, 1)), (h, (1, 1, h)),
+            (_Proto(h), (1, 1, h)), (_Proto(0), (1, 1, 1))]
+
+
+def test_to_device_hands_the_copy_the_parsed_fields(fake, layer_calls):
+    """The copy entry receives the struct's fields as plain ints, exactly
+    as the header parsed them (None and -1 carry the handle 1; -1 is told
+    apart by its sync), for a copy to the host and between devices."""
+    for stream, fields in _stream_cases(fake):
+        for device in ("cpu", "cuda:1"):
+            a = cuda_array([1.0, 2.0, 3.0])
+            layer_calls.clear()
+            a.to_device(device, stream=stream)
+            assert [(n, tuple(map(int, f))) for n, f in layer_calls] == [("copy_array", fields)], (stream, device)
+            assert all(type(v) in (bool, int) for v in layer_calls[0][1])
+
+
+def test_dlpack_hands_the_layer_the_parsed_fields(fake, layer_calls):
+    """__dlpack__(stream=...) orders, and __dlpack__(copy=True) and
+    dl_device copies run, on the fields of the one parse."""
+    for stream, fields in _stream_cases(fake):
+        a = cuda_array([1.0, 2.0])          # its write is pending
+        layer_calls.clear()
+        a.__dlpack__(stream=stream)
+        ordered = [("export_sync", fields)] if fields[1] else []    # -1: the header orders nothing
+        assert [(n, tuple(map(int, f))) for n, f in layer_calls] == ordered, stream
+        layer_calls.clear()
+        a.__dlpack__(stream=stream, copy=True)
+        expected = [("copy_array", fields), ("export_copy", fields)]
+        if fields[2] <= 2:      # the copy's own device's default stream waits for it
+            expected.append(("export_sync", fields))
+        assert [(n, tuple(map(int, f))) for n, f in layer_calls] == expected, stream
+        layer_calls.clear()
+        a.__dlpack__(stream=stream, dl_device=(1, 0))
+        assert [(n, tuple(map(int, f))) for n, f in layer_calls] == [("copy_array", fields)], stream
+
+
+@pytest.mark.parametrize("copy", [None, True])
+def test_from_dlpack_in_a_stream_context_hands_the_layer_its_fields(fake, layer_calls, copy):
+    """from_dlpack inside cuda.stream(s): the producer gets the value s was
+    parsed from, the import is recorded on the handle, and a copy to the
+    host runs on the fields (given, as a stream was set)."""
+    factory = CapsuleFactory()
+    for stream, (_, sync, handle) in _stream_cases(fake):
+        if stream is None:
+            continue
+        data = dr.asarray(np.array([4, 5], dtype=np.int64), device="cuda:0")
+        producer = ForeignProducer(factory, device=(2, 0), shape=(2,), dtype=(0, 64, 1), data=data.data_ptr)
+        with cuda.stream(stream):
+            layer_calls.clear()
+            out = dr.from_dlpack(producer, device="cpu", copy=copy)
+        assert producer.calls[-1]["stream"] == (handle if sync else -1)
+        recorded = [(n, tuple(map(int, f))) for n, f in layer_calls]
+        assert recorded[0] == ("consumer_stream_for", ())
+        assert (("imported", (handle,)) in recorded) == bool(sync), stream
+        assert recorded[-1] == ("copy_array", (1, sync, handle)), stream
+        assert np.from_dlpack(dr.from_dlpack(out, device="cpu")).tolist() == [4, 5]

@@ -300,3 +300,21 @@ def test_no_code_after_the_door_reads_a_stream_argument_again():
         text = path.read_text()
         assert "getattr" not in text or "__cuda_stream__" not in text, path.name
         assert "2**64" not in text, path.name
+
+
+def test_the_parsed_fields_pass_unchanged_to_the_cuda_layer():
+    """After the door no one turns the struct back into one value and reads
+    it again: the core's copies take the struct itself, and the CUDA layer
+    takes its fields, with no None-means-legacy or -1-means-no-sync test of
+    a raw stream value left anywhere."""
+    core = {p.name: p.read_text() for p in (ROOT / "src").glob("*.pxi")}
+    assert "cdef Array _copy_to(Array src, DLDevice target, const dlpack_ref_stream* stream):" in core["_copies.pxi"]
+    assert "const dlpack_ref_stream* stream) except -1:" in core["_cuda_copies.pxi"]
+    layer = ROOT / "python" / "dlpack_ref"
+    sources = {**core, **{p.name: p.read_text() for p in [*layer.glob("_cuda*.py"), layer / "_streams.py",
+                                                            layer / "cuda.py"]}}
+    raw = re.compile(r"handle_of|NO_SYNC|stream (?:is|is not|==|!=) (?:None|-1)|(?:==|!=) -1\b")
+    for name, text in sources.items():
+        if name == "_allocation.pxi":
+            text = text.replace("if n == -1:", "")      # an element count, not a stream
+        assert raw.findall(text) == [], name

@@ -281,7 +281,11 @@ def test_the_stream_rule_of_the_header_answers_as_written(tmp_path, vendored):
     with): the same value, or the same exception type and message."""
     import importlib.util
 
-    from dlpack_ref._dlpack_ref import _stream_handle as stream_handle
+    from dlpack_ref._dlpack_ref import _stream_fields
+
+    def stream_handle(stream):   # the header's int, from the fields cuda.stream keeps
+        sync, handle = _stream_fields(stream)
+        return handle if sync else -1
     from support.build_ext import compile_c_extension
 
     source = tmp_path / "stream_probe.c"

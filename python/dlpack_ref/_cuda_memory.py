@@ -28,7 +28,6 @@ from . import _cuda_driver
 from ._cuda_driver import LEGACY_STREAM, check, runtime
 from ._cuda_streams import PendingWork
 from ._devices import CUDA_DEVICE_BOUND, SUPPORTED, DeviceType
-from ._streams import NO_SYNC, handle_of
 
 # Pitches of cuMemcpy2D are limited by CU_DEVICE_ATTRIBUTE_MAX_PITCH, which
 # is 2**31 - 1 on every GPU so far.
@@ -234,9 +233,9 @@ def allocate(device, nbytes: int, copy_from=None) -> DeviceMemory:
     nbytes
         The size (0 is allocated as 1 byte).
     copy_from
-        ``(device_type, device_id, stream)`` of the source when the memory
-        is the destination of a ``copy_array`` that the caller issues next
-        with that ``stream``: the memory is allocated (or a cached block
+        ``(device_type, device_id, sync, handle)`` of the source when the
+        memory is the destination of a ``copy_array`` that the caller issues
+        next with that ``sync`` and ``handle``: the memory is allocated (or a cached block
         handed over) in the order of that copy's stream, so the copy waits
         for nothing more. Otherwise the memory is ready for use on the
         legacy default stream of its device (its record says so) or, for
@@ -266,7 +265,7 @@ def allocate(device, nbytes: int, copy_from=None) -> DeviceMemory:
         raise BufferError(f"dlpack-ref's CUDA layer cannot allocate memory on {device}")
     allocator = _allocator(rt)
     if copy_from is not None:
-        _, s, s_dev = _copy_stream(rt, kind, device.id, *copy_from)
+        s, s_dev = _copy_stream(rt, kind, device.id, *copy_from)
     else:
         s, s_dev = LEGACY_STREAM, dev
     if kind == DeviceType.CUDA:
@@ -355,18 +354,17 @@ def plan_copy(shape, dst_strides, src_strides, itemsize):
     return ops
 
 
-def _copy_stream(rt, dst_type: int, dst_id: int, src_type: int, src_id: int, stream):
-    """The stream a copy runs on, as (the handle the parsed ``stream``
-    names, the CUstream handle, its device): the consumer's stream; for None
-    and -1 the legacy default stream of the source's device, or of the
-    target's for a copy from the host (of the current device between host
-    memory)."""
-    handle = handle_of(stream)
+def _copy_stream(rt, dst_type: int, dst_id: int, src_type: int, src_id: int, sync: int, handle: int):
+    """The stream a copy runs on, as (the CUstream handle, its device): the
+    consumer's stream ``handle``; without ``sync`` the legacy default
+    stream. Handles 1 and 2 name default streams of the source's device, or
+    of the target's for a copy from the host (of the current device between
+    host memory)."""
     home = src_id if src_type in CUDA_DEVICE_BOUND else dst_id if dst_type in CUDA_DEVICE_BOUND else None
     if home is None:
         home = rt.current_device()
-    s = LEGACY_STREAM if handle == NO_SYNC else handle
-    return handle, s, rt.stream_device(s, home)
+    s = handle if sync else LEGACY_STREAM
+    return s, rt.stream_device(s, home)
 
 
 def _memory_type(d, block: Block):
@@ -396,7 +394,8 @@ def _issue(d, ops, dst: Block, src: Block, stream):
         check(d.cuMemcpy2DAsync(p, stream), "cuMemcpy2DAsync")
 
 
-def copy_array(dst: Block, src: Block, shape, itemsize: int, nbytes: int, stream) -> None:
+def copy_array(dst: Block, src: Block, shape, itemsize: int, nbytes: int, given: int, sync: int,
+               handle: int) -> None:
     """Copy ``src`` into ``dst`` (same ``shape``; any devices of the CUDA
     family or CPU; any strides).
 
@@ -413,11 +412,12 @@ def copy_array(dst: Block, src: Block, shape, itemsize: int, nbytes: int, stream
         C-contiguous on both sides and is copied as ``nbytes`` bytes.
     nbytes
         The bytes of packed sub-byte data (ignored otherwise).
-    stream
-        The consumer's stream, parsed where it entered (None, -1 or a handle:
-        ``dlpack_ref._streams``). The copy runs on it
-        (None and -1: the legacy default stream of the source's device, or
-        of the target's for a copy from the host) after that stream has
+    given, sync, handle
+        The consumer's stream, the fields of its parse where it entered
+        (``dlpack_ref._streams``). The copy runs on stream ``handle``
+        (without ``sync``: the legacy default stream; 1 and 2 name default
+        streams of the source's device, or of the target's for a copy from
+        the host) after that stream has
         waited for the work pending on ``src`` and on ``dst`` (for a new
         ``dst``: its allocation, unless ``allocate`` was told of this copy
         and made it on this stream). It becomes the destination's last
@@ -428,13 +428,13 @@ def copy_array(dst: Block, src: Block, shape, itemsize: int, nbytes: int, stream
     BufferError
         Strided packed sub-byte data.
 
-    A copy into host memory (CPU, CPU_PINNED) with ``stream`` None or -1
-    is complete on return: the copy's stream is synchronized, never the
+    A copy into host memory (CPU, CPU_PINNED) with no stream given, or
+    without ``sync``, is complete on return: the copy's stream is synchronized, never the
     device. With a stream, nothing blocks.
     """
     rt = runtime()
     d = rt.driver
-    handle, s, s_dev = _copy_stream(rt, dst.device_type, dst.device_id, src.device_type, src.device_id, stream)
+    s, s_dev = _copy_stream(rt, dst.device_type, dst.device_id, src.device_type, src.device_id, sync, handle)
     if itemsize == 0:
         if not (src.c_contiguous and dst.c_contiguous):
             raise BufferError("strided copies of packed sub-byte data are not supported")
@@ -462,7 +462,7 @@ def copy_array(dst: Block, src: Block, shape, itemsize: int, nbytes: int, stream
             if dst.work is not None:
                 dst.work.record(s, s_dev)
             raise
-        if dst.device_type in _HOST and (stream is None or handle == NO_SYNC):
+        if dst.device_type in _HOST and not (given and sync):
             host_sync = True
         else:
             host_sync = False

@@ -11,7 +11,7 @@ import threading
 import weakref
 
 from ._cuda_driver import check, runtime
-from ._streams import LEGACY_STREAM, NO_SYNC
+from ._streams import LEGACY_STREAM
 
 __all__ = ["PendingWork", "current_stream", "enter_stream", "leave_stream"]
 
@@ -62,8 +62,6 @@ class PendingWork:
         default streams of ``device_id``; a handle > 2 carries its own
         device), by the calling thread, just now. ``lazy_legacy=False``
         records an event on the legacy stream too."""
-        if handle == NO_SYNC:
-            raise ValueError("a write is enqueued on a stream, not on -1")
         with self.lock:
             old = self._last
             if handle == LEGACY_STREAM and lazy_legacy:
@@ -262,12 +260,13 @@ os.register_at_fork(after_in_child=_fresh_locks_in_child)
 
 # --- the consumer's current stream -------------------------------------------
 
-# (handle, device of the handle or None for 1, 2 and -1) set by `stream`.
+# (sync, handle, device of the handle or None for 1 and 2) set by `stream`:
+# the fields of the header's parse, as it left them.
 _current: contextvars.ContextVar[tuple | None] = contextvars.ContextVar("dlpack_ref_cuda_stream", default=None)
 
 def enter_stream(value: tuple):
-    """Make ``value`` (handle, device of the handle or None for 1, 2 and -1)
-    the current stream of this thread or task; returns the token that
+    """Make ``value`` (sync, handle, device of the handle or None for 1 and
+    2) the current stream of this thread or task; returns the token that
     ``leave_stream`` restores the previous one with."""
     return _current.set(value)
 
@@ -277,15 +276,15 @@ def leave_stream(token) -> None:
     _current.reset(token)
 
 
-def current_stream(device_id: int | None):
+def current_stream(device_id: int | None) -> tuple[int, int] | None:
     """The consumer's stream for data on CUDA device ``device_id`` (None:
-    a device-agnostic location such as pinned host memory): the handle set
-    with ``stream`` when it applies there, -1 when no sync was asked, else
-    None (the legacy default stream)."""
+    a device-agnostic location such as pinned host memory), as the fields
+    ``(sync, handle)`` of the stream set with ``stream`` when it applies
+    there, else None (none given: the legacy default stream)."""
     value = _current.get()
     if value is None:
         return None
-    handle, dev = value
+    sync, handle, dev = value
     if dev is not None and device_id is not None and dev != device_id:
         return None
-    return handle
+    return sync, handle

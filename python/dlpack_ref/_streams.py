@@ -14,21 +14,16 @@ include/dlpack_ref.h), and a value is parsed once, where it enters, into a
 ``dlpack_ref_stream`` struct (given, sync, handle): by the producer call of
 ``Array.__dlpack__``, by the core for ``Array.to_device``, and by
 ``dlpack_ref.cuda.stream``. The CUDA layer receives the struct's fields as
-they are, in one value: None (not given: the legacy default stream, and a
-host reader waits for the data), NO_SYNC (-1: nothing is to be ordered), or
-the handle (1, 2 or > 2). It never parses a stream argument.
+they are, plain ints: ``sync`` (0: nothing is to be ordered) and ``handle``
+(1, 2 or > 2: always a stream a copy can run on, 1 where the argument was
+None or -1), and ``given`` (0: the argument was None, so a host reader
+waits for the data) only where that matters. It never parses or
+reinterprets a stream argument.
 """
 
 from __future__ import annotations
 
-__all__ = ["LEGACY_STREAM", "PER_THREAD_STREAM", "NO_SYNC", "handle_of"]
+__all__ = ["LEGACY_STREAM", "PER_THREAD_STREAM"]
 
 LEGACY_STREAM = 1        # CU_STREAM_LEGACY
 PER_THREAD_STREAM = 2    # CU_STREAM_PER_THREAD
-NO_SYNC = -1
-
-
-def handle_of(stream) -> int:
-    """The handle a parsed ``stream`` names: the legacy default
-    stream for None, else the value itself (1, 2, a handle > 2, or -1)."""
-    return LEGACY_STREAM if stream is None else stream

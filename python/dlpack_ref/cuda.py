@@ -12,7 +12,7 @@ CUDA request loads them.
 
 from ._cuda_driver import CUDAError, CUDAUnavailableError, runtime
 from ._cuda_streams import enter_stream, leave_stream
-from ._dlpack_ref import _stream_context_entered, _stream_handle
+from ._dlpack_ref import _stream_context_entered, _stream_fields
 from ._streams import PER_THREAD_STREAM
 
 __all__ = ["CUDAError", "CUDAUnavailableError", "is_available", "require", "stream"]
@@ -55,13 +55,14 @@ class stream:
     __slots__ = ("_value", "_tokens")
 
     def __init__(self, s):
-        self._value = (_stream_handle(s), None)
+        sync, handle = _stream_fields(s)
+        self._value = (sync, handle, None)
         self._tokens = []
 
     def __enter__(self):
-        handle, _ = self._value
-        if handle > PER_THREAD_STREAM and self._value[1] is None:
-            self._value = (handle, runtime().stream_device(handle, 0))
+        sync, handle, device = self._value
+        if handle > PER_THREAD_STREAM and device is None:
+            self._value = (sync, handle, runtime().stream_device(handle, 0))
         self._tokens.append(enter_stream(self._value))
         # The core's from_dlpack keeps its fast path while no context is open.
         _stream_context_entered(1)
