@@ -273,24 +273,9 @@ class CapsuleFactory:
         (ids come from :attr:`last_id`, in the order capsules were made)."""
         return self._counts.per_id.get(cap_id, 0)
 
-    def make(
-        self,
-        shape=(2, 3),
-        dtype=(2, 32, 1),
-        *,
-        versioned: bool = True,
-        version=(1, 3),
-        flags: int = 0,
-        strides=None,
-        shape_null: bool = False,
-        ndim: int | None = None,
-        device=(1, 0),
-        byte_offset: int = 0,
-        data="alloc",
-        name=None,
-        deleter: bool = True,
-        fill: bytes | None = None,
-    ):
+    def make(self, shape=(2, 3), dtype=(2, 32, 1), *, versioned: bool = True, version=(1, 3), flags: int = 0,
+             strides=None, shape_null: bool = False, ndim: int | None = None, device=(1, 0), byte_offset: int = 0,
+             data="alloc", name=None, deleter: bool = True, fill: bytes | None = None):
         """Return a new capsule over a hand-built managed tensor.
 
         Args:
