@@ -297,3 +297,73 @@ def test_an_idle_class_keeps_what_its_adapter_calls():
     assert "def run(self):\n        return os.sep" in source
     run = subprocess.run([sys.executable, "-c", source + roots], capture_output=True, text=True, timeout=60)
     assert run.stdout == "2\n", run.stderr
+
+
+UNASKED = '''
+def shaped_note(shape):
+    return "shaped"
+
+
+def broken_note(kind):
+    return "broken " + kind
+
+
+def described(shape, *, broken=None, padded=False, note="plain", count=1):
+    words = [note] * count
+    if broken is not None:
+        words.append(broken_note(broken))
+    if padded and shape:
+        words.append("with padding")
+    if not padded:
+        words.append(shaped_note(shape))
+    return words
+
+
+class Maker:
+    def __init__(self, *, raises=None, legacy=False):
+        self.raises = raises
+        self.legacy = legacy
+
+    def make(self, **options):
+        if self.raises is not None:
+            raise self.raises
+        if self.legacy:
+            return "old"
+        return described((2,), **options)
+
+
+def check(plain):
+    return Maker().make(note=plain)
+'''
+
+
+def test_an_option_no_kept_code_gives_cuts_what_its_default_rules_out():
+    from dlpack_ref.harness.bundle import prune
+    roots = "print(check('x'))\n"
+    source = prune(UNASKED, roots)
+    for gone in ("broken_note", "with padding", "self.raises is not None", "if self.legacy"):
+        assert gone not in source, gone
+    # what the defaults leave (if not padded) and the options given (note) stay
+    assert "shaped_note" in source and "words = [note] * count" in source
+    run = subprocess.run([sys.executable, "-c", source + roots], capture_output=True, text=True, timeout=60)
+    assert run.stdout == "['x', 'shaped']\n", run.stderr
+    # an option given anywhere kept, as a keyword or as a dict's key (a ** call), keeps its statements
+    keyword = prune(UNASKED.replace("Maker().make(note=plain)", "Maker(legacy=True).make(broken='b')"), roots)
+    assert "def broken_note" in keyword and "if self.legacy" in keyword
+    keyed = prune(UNASKED.replace("make(note=plain)", "make(**{'padded': plain})"), roots)
+    assert "with padding" in keyed and "self.raises is not None" not in keyed
+    # a key only read (d.get("broken")) gives nothing
+    read = prune(UNASKED.replace("return Maker().make(note=plain)", "return Maker().make(note={}.get('broken'))"),
+                 roots)
+    assert "def broken_note" not in read
+
+
+def test_an_option_given_only_by_code_it_guards_stays_cut():
+    from dlpack_ref.harness.bundle import prune
+    roots = "print(check('x'))\n"
+    # broken_note gives padded=, but runs only when broken is given: nothing gives either
+    looping = UNASKED.replace('    return "broken " + kind', '    return described((1,), padded=True)')
+    source = prune(looping, roots)
+    assert "def broken_note" not in source and "with padding" not in source
+    run = subprocess.run([sys.executable, "-c", source + roots], capture_output=True, text=True, timeout=60)
+    assert run.stdout == "['x', 'shaped']\n", run.stderr

@@ -213,8 +213,16 @@ def test_a_reproduction_holds_the_checks_own_code():
     def code(text: str) -> str:   # a helper a reproduction pulls in keeps its code, not its comment lines
         return "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
     assert definition_source(entry.check) in source
-    for used in (consumer_cases.judged, consumer_judges.copies, consumer_cases.import_asked, consumer_cases.attempt):
+    for used in (consumer_judges.copies, consumer_cases.import_asked, consumer_cases.attempt):
         assert code(definition_source(used)) in code(source)
+    # judged as it stands, less the statements of the options the rule does not give, in order
+    whole = code(definition_source(consumer_cases.judged)).splitlines()
+    start = source.splitlines().index(whole[0])
+    end = next(i for i, line in enumerate(source.splitlines()[start + 1:], start + 1) if line and line[0] != " ")
+    kept = iter(whole)
+    assert all(line in kept for line in source.splitlines()[start:end] if line)
+    for option in ("    if needs_versioned:", "    if asks_producer and", "    if about_dtype and"):
+        assert option in "\n".join(whole) and option not in source
 
 
 @pytest.mark.parametrize("name", ['quote"and\\backslash', 'x\nprint("INJECTED")'])

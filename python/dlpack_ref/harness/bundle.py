@@ -383,6 +383,14 @@ def prune(source: str, roots: str, idle: Iterable[str] = (), adapters: Iterable[
     an option the adapter does or does not give, is cut with what only it
     reaches. A field that any code assigns is not settled.
 
+    A keyword-only argument whose default is a literal, and that no kept
+    code gives (no call names it, no string of the kept code spells it, so
+    no dict passed with ``**`` holds it), settles the statements of its
+    function that test it (``if option:``, ``if not option:``, ``if option
+    is None:``, ``if option and ...:``) without ``else``: one its default
+    rules out is cut with what only it reaches, so that a helper called
+    for an option carries only the options its rule gives.
+
     Every kept statement stays as written, with the comments above it; the
     definitions the bundle pulled in (those before its heading of what the
     checker ran) lose their comment lines, which explain them in
@@ -393,10 +401,46 @@ def prune(source: str, roots: str, idle: Iterable[str] = (), adapters: Iterable[
     literal is not seen: no bundled code does that.
     """
     tree = ast.parse(source)
-    reach = _Reach(tree.body, source.splitlines(), set(idle), set(adapters), made_here)
     root = ast.parse(roots)
+    reach = _Reach(tree.body, source.splitlines(), set(idle), set(adapters), made_here)
     reach.add(_used_in(root), _attributes(root))
+    # Again with the keywords what was reached gives, until they settle:
+    # each pass keeps part of what the one before it kept, so every keyword
+    # the code gives when it runs is among those of every pass.
+    given = None
+    while given != (given := _keywords_given(reach, root)):
+        reach = _Reach(tree.body, source.splitlines(), set(idle), set(adapters), made_here, given)
+        reach.add(_used_in(root), _attributes(root))
     return _pruned_text(source, tree.body, reach)
+
+
+def _keywords_given(reach: "_Reach", root: ast.AST) -> set[str]:
+    """The keyword names the code ``reach`` kept and ``root`` could give a
+    call: the keywords of its calls and its strings (a dict's keys), but
+    for a key read and a ctypes struct's field names."""
+    parts: list[ast.AST] = [root]
+    for i in reach.kept:
+        node = reach.body[i]
+        if isinstance(node, ast.ClassDef):
+            parts += [s for s in node.body if not _is_method(s) or s.name in reach.methods[i]]
+            parts += [*node.bases, *node.keywords, *node.decorator_list]
+        else:
+            parts.append(node)
+    given, reads = set(), set()
+    for part in parts:
+        for n in ast.walk(part):
+            if isinstance(n, ast.keyword) and n.arg is not None:
+                given.add(n.arg)
+            elif isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in reads:
+                given.add(n.value)
+            # a key read (d["k"], d.get("k")) and a ctypes struct's field names give no keyword
+            elif isinstance(n, ast.Subscript) and isinstance(n.ctx, ast.Load):
+                reads.add(id(n.slice))
+            elif isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "get" and n.args:
+                reads.add(id(n.args[0]))
+            elif isinstance(n, ast.Assign) and [getattr(t, "id", None) for t in n.targets] == ["_fields_"]:
+                reads |= {id(c) for c in ast.walk(n.value)}
+    return given
 
 
 def _attributes(node: ast.AST, skip: frozenset = frozenset()) -> set[str]:
@@ -457,8 +501,9 @@ class _Reach:
     name) that the names and attributes added so far lead to."""
 
     def __init__(self, body: list[ast.stmt], lines: list[str], idle: set[str], adapters: set[str],
-                 made_here: bool = False):
+                 made_here: bool = False, given: set[str] | None = None):
         self.body, self.lines = body, lines
+        self.given = given   # the keywords kept code gives; None: any
         self.by_name: dict[str, list[int]] = {}
         for i, node in enumerate(body):
             names = _defined_by(node)
@@ -475,6 +520,9 @@ class _Reach:
         self.attributes: set[str] = set()
         self.on_self: dict[int, set[str]] = {i: set() for i in self.family}   # class -> attributes read on self
         self.settled = {i: _settled_fields(body, body[i]) for i in self.family} if made_here else {}
+        for i in self.family if given is not None else ():
+            for field, how in _unasked_fields(body, body[i], given).items():
+                self.settled.setdefault(i, {}).setdefault(field, how)
         by_adapters = {a for node in body if _defined_by(node) & adapters for a in _attributes(node)}
         for i in self.idle:   # what the adapters call on the objects they make is still reached
             self.on_self[i] |= by_adapters
@@ -507,6 +555,9 @@ class _Reach:
         methods and the methods wanted so far use."""
         node = self.body[i]
         if not isinstance(node, ast.ClassDef):
+            dead = _unasked_out(node, self.given)
+            if dead:
+                return [(*self._cut(node, dead)[:2], None)]
             names, attributes, _ = self._facts(node)
             return [(names, attributes, None)]
         self.methods[i] = set()
@@ -536,14 +587,18 @@ class _Reach:
         for s in self.body[i].body:
             if _is_method(s) and s.name in wanted and s.name not in self.methods[i]:
                 self.methods[i].add(s.name)
-                dead = _settled_out(s, self.settled.get(i, {}))
-                if dead:
-                    s = copy.copy(s)
-                    s.body = [b for b in s.body if b not in dead]
-                    self.cut |= {n for b in dead for n in range(b.lineno, b.end_lineno + 1)}
-                names, attributes, own = self._facts(s, method=True)
+                dead = _settled_out(s, self.settled.get(i, {})) + _unasked_out(s, self.given)
+                names, attributes, own = self._cut(s, dead, method=True) if dead else self._facts(s, method=True)
                 found.append((names, attributes, (i, own)))
         return found
+
+    def _cut(self, node: ast.stmt, dead: list[ast.stmt], method: bool = False):
+        """:meth:`_facts` of ``node`` without its statements ``dead``, whose lines are cut."""
+        node = copy.copy(node)
+        node.body = [b for b in node.body if b not in dead]
+        self.cut |= {n for b in dead for n in range(_first_line(b), b.end_lineno + 1)}
+        own = _on_self(node) if method else []
+        return _used_in(node), _attributes(node, frozenset(map(id, own))), {n.attr for n in own}
 
 
 def _families(body: list[ast.stmt]) -> dict[int, set[int]]:
@@ -620,6 +675,39 @@ def _settled_fields(body: list[ast.stmt], cls: ast.ClassDef) -> dict[str, str]:
     return settled
 
 
+def _unasked_fields(body: list[ast.stmt], cls: ast.ClassDef, given: set[str]) -> dict[str, str]:
+    """The attributes of ``cls`` that its ``__init__`` sets from a keyword-only
+    argument of the same name (``self.x = x``), whose default is None
+    (``none``) or another false literal (``false``), that no kept code gives
+    (``given``) and that nothing else in ``body`` assigns: settled as
+    :func:`_settled_fields` settles a dataclass's fields."""
+    init = next((s for s in cls.body if _is_method(s) and s.name == "__init__"), None)
+    if init is None or not init.args.args:
+        return {}
+    own = init.args.args[0].arg
+    stored: dict[str, int] = {}
+    for node in body:
+        for n in ast.walk(node):
+            if isinstance(n, ast.Attribute) and not isinstance(n.ctx, ast.Load):
+                stored[n.attr] = stored.get(n.attr, 0) + 1
+    rebound = {n.id for n in ast.walk(init) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
+    copied = {s.value.id for s in init.body if isinstance(s, ast.Assign) and len(s.targets) == 1
+              and isinstance(s.value, ast.Name) and isinstance(s.targets[0], ast.Attribute)
+              and getattr(s.targets[0].value, "id", None) == own and s.targets[0].attr == s.value.id}
+    fields = {}
+    for argument, default in zip(init.args.kwonlyargs, init.args.kw_defaults):
+        name = argument.arg
+        if default is None or name in given or name in rebound or name not in copied or stored.get(name) != 1:
+            continue
+        try:
+            value = ast.literal_eval(default)
+        except ValueError:
+            continue
+        if not value:
+            fields[name] = "none" if value is None else "false"
+    return fields
+
+
 def _settled_out(method: ast.stmt, settled: dict[str, str]) -> list[ast.stmt]:
     """The statements of ``method``'s body that ``settled`` fields rule
     out: ``if self.f is None:`` for a field always given, ``if self.f is
@@ -642,6 +730,62 @@ def _settled_out(method: ast.stmt, settled: dict[str, str]) -> list[ast.stmt]:
         return on_self(test) in ("none", "false")
 
     return [s for s in method.body[:-1] if isinstance(s, ast.If) and not s.orelse and dead(s.test)]
+
+
+def _unasked_out(function: ast.stmt, given: set[str] | None) -> list[ast.stmt]:
+    """The statements of ``function``'s body that the defaults of its
+    keyword-only arguments rule out, for the arguments not in ``given`` (and
+    never assigned in it): an ``if`` without ``else`` whose test is false
+    with those values. The last statement stays. A protocol's method
+    (``__dlpack__``) is left whole: the library calls it, not the bundle."""
+    if given is None or not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)) or (
+            _dunder(function.name) and function.name != "__init__"):
+        return []
+    stored = {n.id for n in ast.walk(function) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
+    values = {}
+    for argument, default in zip(function.args.kwonlyargs, function.args.kw_defaults):
+        if default is None or argument.arg in given or argument.arg in stored:
+            continue
+        try:
+            values[argument.arg] = ast.literal_eval(default)
+        except ValueError:
+            continue
+    if not values:
+        return []
+    return [s for s in function.body[:-1]
+            if isinstance(s, ast.If) and not s.orelse and _truth(s.test, values) is False]
+
+
+_UNKNOWN = object()
+
+
+def _known(node: ast.expr, values: dict):
+    """The value of a literal or of a name in ``values``; _UNKNOWN otherwise."""
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, ast.Name) and node.id in values:
+        return values[node.id]
+    return _UNKNOWN
+
+
+def _truth(test: ast.expr, values: dict) -> bool | None:
+    """Whether ``test`` holds, with the names of ``values`` bound to them;
+    None when that does not decide it. Only what is evaluated first decides
+    an ``and`` false, so no call a test would make is left out."""
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        inner = _truth(test.operand, values)
+        return None if inner is None else not inner
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
+        return False if _truth(test.values[0], values) is False else None
+    if isinstance(test, ast.Compare) and len(test.ops) == 1:
+        left, right = _known(test.left, values), _known(test.comparators[0], values)
+        if left is _UNKNOWN or right is _UNKNOWN:
+            return None
+        compare = {ast.Is: lambda a, b: a is b, ast.IsNot: lambda a, b: a is not b,
+                   ast.Eq: lambda a, b: a == b, ast.NotEq: lambda a, b: a != b}.get(type(test.ops[0]))
+        return None if compare is None else bool(compare(left, right))
+    value = _known(test, values)
+    return None if value is _UNKNOWN else bool(value)
 
 
 def _comment_lines(code: list[str], first: int) -> set[int]:
@@ -672,7 +816,7 @@ def _pruned_text(source: str, body: list[ast.stmt], reach: _Reach) -> str:
         if i not in reach.kept and not (isinstance(node, ast.ImportFrom) and node.module == "__future__"):
             continue
         code = _class_lines(lines, node, reach.methods[i], reach.cut) if isinstance(node, ast.ClassDef) \
-            else lines[start - 1:end]
+            else [lines[n - 1] for n in range(start, end + 1) if n not in reach.cut]
         comments = _tidy(gap)
         if pulled_in:
             comments = []

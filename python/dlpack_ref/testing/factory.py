@@ -273,24 +273,9 @@ class CapsuleFactory:
         (ids come from :attr:`last_id`, in the order capsules were made)."""
         return self._counts.per_id.get(cap_id, 0)
 
-    def make(
-        self,
-        shape=(2, 3),
-        dtype=(2, 32, 1),
-        *,
-        versioned: bool = True,
-        version=(1, 3),
-        flags: int = 0,
-        strides=None,
-        shape_null: bool = False,
-        ndim: int | None = None,
-        device=(1, 0),
-        byte_offset: int = 0,
-        data="alloc",
-        name=None,
-        deleter: bool = True,
-        fill: bytes | None = None,
-    ):
+    def make(self, shape=(2, 3), dtype=(2, 32, 1), *, versioned: bool = True, version=(1, 3), flags: int = 0,
+             strides=None, shape_null: bool = False, ndim: int | None = None, device=(1, 0), byte_offset: int = 0,
+             data="alloc", name=None, deleter: bool = True, fill: bytes | None = None):
         """Return a new capsule over a hand-built managed tensor.
 
         Args:
@@ -324,65 +309,61 @@ class CapsuleFactory:
             fill: bytes copied to the first element (``data + byte_offset``)
                 onward; needs ``data="alloc"``.
         """
+        # The valid capsule first; each option that breaks it is a statement
+        # of its own, which a reproduction whose rule never gives it leaves out.
         shape = tuple(int(n) for n in shape)
         code, bits, lanes = _as_dtype_triple(dtype)
         device_type, device_id = _as_device_pair(device)
-        ndim_field = len(shape) if ndim is None else int(ndim)
-        length = max(len(shape), ndim_field if 0 < ndim_field <= 1024 else 0)
-
-        if isinstance(strides, str):
-            if strides != "null":
-                raise ValueError(f"strides must be None, a tuple or 'null', not {strides!r}")
-            stride_values = None
-        else:
-            stride_values = _c_contiguous_strides(shape) if strides is None else tuple(strides)
-        if isinstance(name, str) and name != "null":
-            raise ValueError(f"name must be None, bytes or 'null', not {name!r}")
-        if name is None:
-            name = NAME_VERSIONED if versioned else NAME_LEGACY
-        elif name == "null":
-            name = None
-
-        buffers: list = []
-        shape_array = _int64_array(shape, length, 1)
-        buffers.append(shape_array)
-        strides_array = None
-        if stride_values is not None:
-            strides_array = _int64_array(stride_values, length, 0)
-            buffers.append(strides_array)
-
-        data_address = self._data(data, shape, stride_values, code, bits, lanes, flags,
-                                  byte_offset, fill, buffers)
-
+        ndim_field, length = len(shape), len(shape)
+        if ndim is not None:
+            ndim_field, length = _ndim_override(shape, ndim)
+        stride_values = _c_contiguous_strides(shape)
+        if strides is not None:
+            stride_values = _given_strides(strides)
+        name_bytes = NAME_VERSIONED if versioned else NAME_LEGACY
+        if name is not None:
+            name_bytes = _given_name(name)
         struct = (DLManagedTensorVersioned if versioned else DLManagedTensor)()
-        buffers.append(struct)
+        buffers: list = [struct]
+        data_address = None
+        if data != "alloc":
+            data_address = _given_data(data, fill)
+        if data_address is None:
+            data_address = _allocated(shape, stride_values, (code, bits, lanes), flags, byte_offset, fill, buffers)
         if versioned:
             struct.version.major, struct.version.minor = (int(v) for v in version)
             struct.flags = int(flags) % (1 << 64)
         tensor = struct.dl_tensor
         tensor.data = data_address or None
-        tensor.device.device_type = device_type
-        tensor.device.device_id = device_id
+        tensor.device.device_type, tensor.device.device_id = device_type, device_id
         tensor.ndim = ndim_field
         tensor.dtype.code, tensor.dtype.bits, tensor.dtype.lanes = code, bits, lanes
-        tensor.shape = None if shape_null else ctypes.addressof(shape_array)
-        tensor.strides = None if strides_array is None else ctypes.addressof(strides_array)
+        tensor.shape = _kept(buffers, _int64_array(shape, length, 1))
+        if shape_null:
+            tensor.shape = None
+        if stride_values is not None:
+            tensor.strides = _kept(buffers, _int64_array(stride_values, length, 0))
         tensor.byte_offset = int(byte_offset) % (1 << 64)
-        struct.deleter = _DELETER_ADDRESS if deleter else None
+        struct.deleter = _DELETER_ADDRESS
+        if not deleter:
+            struct.deleter = None
+        return self._capsule(struct, buffers, name_bytes, versioned, data_address)
 
+    def _capsule(self, struct, buffers: list, name: bytes | None, versioned: bool, data_address: int):
+        """The capsule of ``struct``, its deleter counted (a NULL one: its
+        ``buffers`` kept as long as the factory)."""
         address = ctypes.addressof(struct)
         name_buffer = _name_buffer(name)
         with _LOCK:
             cap_id = next(_CAP_IDS)
             struct.manager_ctx = cap_id
             name_address = 0 if name_buffer is None else ctypes.addressof(name_buffer)
-            record = _Record(cap_id, self._counts, buffers, name_address, versioned)
-            if deleter:
+            record = _Record(cap_id, self._counts, buffers, name_address, versioned, released=not struct.deleter)
+            if struct.deleter:
                 _RECORDS[address] = record
                 self._counts.live += 1
             else:
                 self._no_deleter_buffers.append(buffers)
-                record.released = True
             _BY_CONTEXT[cap_id] = record
         capsule = PyCapsule_New(address, name_buffer, _CAPSULE_DESTRUCTOR_ADDRESS)
         PyCapsule_SetContext(id(capsule), cap_id)
@@ -391,28 +372,66 @@ class CapsuleFactory:
         self.last_address = address
         return capsule
 
-    @staticmethod
-    def _data(data, shape, strides, code, bits, lanes, flags, byte_offset, fill, buffers) -> int:
-        if data is None or (isinstance(data, int) and not isinstance(data, bool)):
-            if fill is not None:
-                raise ValueError("fill needs data='alloc'")
-            return int(data or 0)
-        if data != "alloc":
-            raise ValueError(f"data must be 'alloc', an int address or None, not {data!r}")
-        padded = bits < 8 and flags & FLAG_IS_SUBBYTE_TYPE_PADDED
-        bits_per_element = (8 if padded else bits) * lanes
-        low, high = _byte_span(shape, strides or _c_contiguous_strides(shape), bits_per_element)
-        fill = fill or b""
-        size = -low + byte_offset + max(high, len(fill))
-        if size > _MAX_ALLOC or byte_offset < 0:
-            low, size, fill = 0, 0, b""
-        raw = ctypes.create_string_buffer(size + _ALIGN)
-        buffers.append(raw)
-        base = ctypes.addressof(raw)
-        data_address = base + (-base % _ALIGN) - low
-        if fill:
-            ctypes.memmove(data_address + byte_offset, fill, len(fill))
-        return data_address
+
+# --- the options of make(): a valid tensor's fields, then what breaks it -------
+
+def _kept(buffers: list, array) -> int:
+    """The address of ``array``, kept in ``buffers`` (alive until the deleter runs)."""
+    buffers.append(array)
+    return ctypes.addressof(array)
+
+
+def _allocated(shape, strides, dtype, flags, byte_offset, fill, buffers) -> int:
+    """data="alloc": the address of a zeroed, 256-byte-aligned buffer for
+    the elements at ``byte_offset``, ``fill`` written from the first."""
+    code, bits, lanes = dtype
+    padded = bits < 8 and flags & FLAG_IS_SUBBYTE_TYPE_PADDED
+    bits_per_element = (8 if padded else bits) * lanes
+    low, high = _byte_span(shape, strides or _c_contiguous_strides(shape), bits_per_element)
+    fill = fill or b""
+    size = -low + byte_offset + max(high, len(fill))
+    if size > _MAX_ALLOC or byte_offset < 0:
+        low, size, fill = 0, 0, b""
+    base = _kept(buffers, ctypes.create_string_buffer(size + _ALIGN))
+    data_address = base + (-base % _ALIGN) - low
+    if fill:
+        ctypes.memmove(data_address + byte_offset, fill, len(fill))
+    return data_address
+
+
+def _given_data(data, fill) -> int | None:
+    """An int address (0 for None) written as is; None for "alloc"."""
+    if data is None or (isinstance(data, int) and not isinstance(data, bool)):
+        if fill is not None:
+            raise ValueError("fill needs data='alloc'")
+        return int(data or 0)
+    if data != "alloc":
+        raise ValueError(f"data must be 'alloc', an int address or None, not {data!r}")
+    return None
+
+
+def _ndim_override(shape: tuple, ndim) -> tuple[int, int]:
+    """(the ndim field, the length of the shape and strides arrays): padded
+    up to a positive override of at most 1024, for a consumer that reads
+    them before it checks ndim."""
+    ndim_field = int(ndim)
+    return ndim_field, max(len(shape), ndim_field if 0 < ndim_field <= 1024 else 0)
+
+
+def _given_strides(strides):
+    """The strides given: a tuple, or None for "null" (a NULL pointer)."""
+    if isinstance(strides, str):
+        if strides != "null":
+            raise ValueError(f"strides must be None, a tuple or 'null', not {strides!r}")
+        return None
+    return tuple(strides)
+
+
+def _given_name(name) -> bytes | None:
+    """The capsule name given: bytes, or None for "null" (a NULL name)."""
+    if isinstance(name, str) and name != "null":
+        raise ValueError(f"name must be None, bytes or 'null', not {name!r}")
+    return None if name == "null" else name
 
 
 class ForeignProducer:

@@ -16,7 +16,7 @@ import struct
 from dlpack_ref.harness.observe import exc_name, short
 from dlpack_ref.harness.subject import NotSupported
 from dlpack_ref.testing.factory import CapsuleFactory, ForeignProducer
-from dlpack_ref.testing.reader import capsule_name, read_capsule
+from dlpack_ref.testing.reader import capsule_name
 
 from .consumer_judges import refused
 from .support import CheckFailed
@@ -84,25 +84,32 @@ class WatchedProducer(ForeignProducer):
 class KeepingProducer(WatchedProducer):
     """A WatchedProducer that remembers the capsule it handed out (to read
     its name after the import). Capsules follow what the consumer asks for
-    (versioned for max_version >= (1, 0)) unless ``versioned=`` is given;
-    ``elements``: float64 values of a 1-D tensor written along its strides."""
+    (versioned for max_version >= (1, 0)) unless ``versioned=`` is given."""
 
     capsule = None
     name_before = None
 
-    def __init__(self, factory, *, elements=(), **kwargs):
+    def __dlpack__(self, **kwargs):
+        self.capsule = super().__dlpack__(**kwargs)
+        self.name_before = capsule_name(self.capsule)
+        return self.capsule
+
+
+class FillingProducer(KeepingProducer):
+    """A KeepingProducer that writes ``elements``, float64 values of a 1-D
+    tensor, along the strides it makes each capsule with."""
+
+    def __init__(self, factory, elements, **kwargs):
         super().__init__(factory, **kwargs)
         self.elements = elements
 
     def __dlpack__(self, **kwargs):
-        self.capsule = super().__dlpack__(**kwargs)
-        self.name_before = capsule_name(self.capsule)
-        if self.elements:
-            info = read_capsule(self.capsule)
-            first, step = info["data"] + info["byte_offset"], info["strides"][0] * 8
-            for i, value in enumerate(self.elements):
-                ctypes.c_double.from_address(first + i * step).value = value
-        return self.capsule
+        capsule = super().__dlpack__(**kwargs)
+        first = self.factory.last_data + self.make_kwargs.get("byte_offset", 0)
+        step = self.make_kwargs.get("strides", (1,))[0] * 8
+        for i, value in enumerate(self.elements):
+            ctypes.c_double.from_address(first + i * step).value = value
+        return capsule
 
 
 def recorded_calls(p) -> list[dict]:
@@ -119,14 +126,18 @@ def looked(out: dict, p, device) -> dict:
     return out
 
 
-def import_made(c, f, *, device=(1, 0), read_values=None, **make) -> dict:
+def import_made(c, f, *, device=(1, 0), read_values=None, elements=(), names=False, **make) -> dict:
     """The import of one capsule made with ``make`` (plain: no keyword),
-    with the capsule's name before and after; the result is read when its
-    data was allocated, unless ``read_values`` says otherwise."""
+    with the capsule's name before and after where ``names`` asks; the
+    result is read when its data was allocated, unless ``read_values`` says
+    otherwise. ``elements``: float64 values of a 1-D tensor written along
+    its strides."""
     p = KeepingProducer(f, device=device, **make)
+    if elements:
+        p = FillingProducer(f, elements, device=device, **make)
     out = looked(attempt(c, p, read_values=make.get("data", "alloc") == "alloc" if read_values is None
                          else read_values), p, device)
-    if p.capsule is not None:
+    if names and p.capsule is not None:
         name = capsule_name(p.capsule)
         out["name_after"] = name.decode() if name else None
         out["name_before"] = p.name_before.decode() if p.name_before else None

@@ -134,7 +134,7 @@ class DeletesConsumed(Wrapped):
 @rule(side="consumer", source="python", where="Python spec: capsule renaming")
 def capsule_renamed(c):
     """a consumed capsule is renamed 'used_dltensor_versioned' / 'used_dltensor'"""
-    return judged(c, lambda f: import_made(c, f, shape=(3,), dtype=F64, fill=f64(V123)), renames)
+    return judged(c, lambda f: import_made(c, f, shape=(3,), dtype=F64, fill=f64(V123), names=True), renames)
 
 
 _CONSUMED_NAME = b"consumed_dltensor"
