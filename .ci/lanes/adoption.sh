@@ -21,7 +21,7 @@ for name in mpi4py numkong; do
     start=$SECONDS
     echo "== adoption/run.sh $name =="
     set +e
-    bash adoption/run.sh "$name" 2>&1 | grep -Ev "^WARNING: Location '.*' is ignored" | tee "$verdicts.$name"
+    bash adoption/run.sh "$name" 2>&1 | grep --line-buffered -Ev "^WARNING: Location '.*' is ignored" | tee "$verdicts.$name"
     lib_rc=${PIPESTATUS[0]}
     set -e
     [[ $lib_rc -eq 0 ]] || rc=1
