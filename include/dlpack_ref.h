@@ -1865,6 +1865,15 @@ static inline int dlpack_ref_priv_stream_bits(PyObject* stream, const char* hand
     return 0;
 }
 
+/* A stream int read by dlpack_ref_priv_stream_bits into *out: -1 asks for
+ * no synchronization; any other value (read unsigned when above LLONG_MAX) is the handle. */
+static inline void dlpack_ref_priv_stream_given(dlpack_ref_stream* out, long long v, int big, unsigned long long u) {
+    out->given = 1;
+    if (big) out->handle = (uintptr_t)u;
+    else if (v == -1) out->sync = 0;
+    else out->handle = (uintptr_t)v;
+}
+
 /* A CUDA int stream (not bool) into *out: -1, 1, 2 or a 64-bit handle > 2. */
 static inline int dlpack_ref_priv_stream_int(PyObject* stream, dlpack_ref_stream* out) {
     long long v;
@@ -1878,10 +1887,7 @@ static inline int dlpack_ref_priv_stream_int(PyObject* stream, dlpack_ref_stream
                         "per-thread default stream, or a CUstream handle > 2)");
         return -1;
     }
-    out->given = 1;
-    if (big) out->handle = (uintptr_t)u;
-    else if (v == -1) out->sync = 0;
-    else out->handle = (uintptr_t)v;
+    dlpack_ref_priv_stream_given(out, v, big, u);
     return 0;
 }
 
@@ -1910,10 +1916,7 @@ static inline int dlpack_ref_priv_stream_rocm(PyObject* stream, dlpack_ref_strea
                      "the default stream, -1 for no synchronization, or a hipStream_t handle > 2)", stream);
         return -1;
     }
-    out->given = 1;
-    if (big) out->handle = (uintptr_t)u;
-    else if (v == -1) out->sync = 0;
-    else out->handle = (uintptr_t)v;
+    dlpack_ref_priv_stream_given(out, v, big, u);
     return 0;
 }
 
