@@ -35,10 +35,12 @@ static PyModuleDef_Slot dlref_slots[DLREF_MAX_SLOTS];
 static int dlref_slots_ready = 0;   /* 0, 1 while being written, 2 once in place */
 
 static PyObject* dlref_create(PyObject* spec, PyModuleDef* def) {
+#ifndef PYPY_VERSION /* PyPy has one interpreter per process, no subinterpreters */
     if (PyInterpreterState_Get() != PyInterpreterState_Main()) {
         PyErr_SetString(PyExc_ImportError, DLREF_MAIN_INTERPRETER_ONLY);
         return NULL;
     }
+#endif
     return dlref_cython_create(spec, def);
 }
 

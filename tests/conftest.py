@@ -10,7 +10,6 @@ import threading
 
 import pytest
 
-from dlpack_ref.testing import CapsuleFactory
 from support import cudasim
 
 if cudasim.wanted():
@@ -28,6 +27,8 @@ class _FactoryPerThread:
     def __getattr__(self, name):
         own = getattr(self._local, "factory", None)
         if own is None:
+            from dlpack_ref.testing import CapsuleFactory   # ctypes.pythonapi: not on PyPy
+
             own = self._local.factory = CapsuleFactory()
         return getattr(own, name)
 

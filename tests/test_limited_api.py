@@ -82,3 +82,51 @@ print("ok")
                          env={**os.environ, "PYTHONPATH": str(limited_demo)}, timeout=120)
     assert out.returncode == 0, out.stderr[-4000:]
     assert out.stdout == "ok\n"
+
+
+def test_an_abi3_adopter_exchanges_with_dlpack_ref_zero_copy(limited_demo):
+    """The same module with dlpack-ref's Array on the other side, without
+    NumPy (which has no wheel for every PyPy): this is the exchange CI runs
+    on PyPy. Reference counts are read in C (PyPy has no sys.getrefcount),
+    after gc.collect(): PyPy releases a capsule when its collector runs, and
+    that release must still run the deleter exactly once."""
+    code = """
+import array, gc
+import dlpack_ref
+import limited_demo as m
+
+buf = array.array("d", [0.5, 1.5, 2.5, 3.5])
+address = buf.buffer_info()[0]
+gc.collect()
+base = m.refcount(buf)
+
+class Wrapped:
+    def __dlpack__(self, **kwargs):
+        return m.export(buf, **kwargs)
+    def __dlpack_device__(self):
+        return (1, 0)
+
+out = dlpack_ref.from_dlpack(Wrapped())
+assert out.data_ptr == address, "dlpack-ref's import copied"
+assert m.take(out) == (address, 1), "dlpack-ref's export copied, or was not versioned"
+assert out.tolist() == [0.5, 1.5, 2.5, 3.5]
+gc.collect()
+assert m.refcount(buf) == base + 1, "the export does not hold its owner once"
+del out
+gc.collect()
+assert m.refcount(buf) == base, "the export's deleter did not drop its owner exactly once"
+
+arr = dlpack_ref.asarray([1.0, 2.0, 3.0])
+gc.collect()
+arr_base = m.refcount(arr)
+address, versioned = m.take(arr)
+assert versioned == 1, "dlpack-ref was not asked for a versioned capsule"
+assert address == arr.data_ptr, "the import copied"
+gc.collect()
+assert m.refcount(arr) == arr_base, "dlpack-ref's deleter did not run exactly once"
+print("ok")
+"""
+    out = subprocess.run([sys.executable, "-c", code], cwd=limited_demo, capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(limited_demo)}, timeout=120)
+    assert out.returncode == 0, out.stderr[-4000:]
+    assert out.stdout == "ok\n"

@@ -12,7 +12,10 @@ def _refuse_subinterpreters() -> None:
     the package is made. The compiled core refuses such interpreters itself
     too, before it makes any state, whichever way it is loaded (its entry
     point, src/dlref_module.c, with the same message), but CPython refuses an
-    isolated one first, in its own words."""
+    isolated one first, in its own words. PyPy has no subinterpreters."""
+    import sys
+    if sys.implementation.name == "pypy":
+        return
     try:
         from _thread import _is_main_interpreter   # CPython 3.12+
     except ImportError:
