@@ -724,7 +724,15 @@ static PyObject* filled(PyObject* self, PyObject* unused) {
 
 static PyMethodDef methods[] = {{"filled", filled, METH_NOARGS, NULL}, {NULL, NULL, 0, NULL}};
 static struct PyModuleDef def = {PyModuleDef_HEAD_INIT, "table_probe", NULL, -1, methods, NULL, NULL, NULL, NULL};
-PyMODINIT_FUNC PyInit_table_probe(void) { return PyModule_Create(&def); }
+PyMODINIT_FUNC PyInit_table_probe(void) {
+    PyObject* m = PyModule_Create(&def);
+#ifdef Py_GIL_DISABLED
+    /* as every test extension: loaded in the test process, it must not
+       re-enable the GIL on a free-threaded build */
+    if (m != NULL) PyUnstable_Module_SetGIL(m, Py_MOD_GIL_NOT_USED);
+#endif
+    return m;
+}
 """
 
 
