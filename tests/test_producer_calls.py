@@ -255,19 +255,27 @@ def test_a_request_with_copy_sees_dunder_dlpack_deleted_from_the_type(factory):
 
 def test_type_attributes_that_are_no_methods_are_called_as_getattr_gives_them(factory):
     """A callable that is no descriptor is called without the instance; a
-    staticmethod, a classmethod and a property through their __get__."""
+    staticmethod, a classmethod and a property through their __get__; a
+    functools.partial as this Python's getattr binds it (a descriptor from
+    CPython 3.14 on, which then passes the instance)."""
     seen = []
     tagged = _Tagged(factory, "property", seen)
 
-    def plain(**kwargs):
-        seen.append("plain")
+    class CallableObject:
+        def __call__(self, *args, **kwargs):
+            seen.append(("object", len(args)))
+            return factory.make(shape=(1,))
+
+    def plain(*args, **kwargs):
+        seen.append(("plain", len(args)))
         return factory.make(shape=(1,))
 
     def on_class(cls, **kwargs):
-        seen.append(cls.__name__)
+        seen.append((cls.__name__, 0))
         return factory.make(shape=(1,))
 
     kinds = {
+        "Object": CallableObject(),
         "Partial": functools.partial(plain),
         "Static": staticmethod(plain),
         "OnClass": classmethod(on_class),
@@ -275,9 +283,17 @@ def test_type_attributes_that_are_no_methods_are_called_as_getattr_gives_them(fa
     }
     for name, attribute in kinds.items():
         kind = type(name, (), {"__slots__": (), "__dlpack__": attribute, "__dlpack_device__": lambda self: (1, 0)})
+        seen.clear()
         for _ in range(2):   # the second call through the memo
             from_dlpack(kind())
-    assert seen == ["plain", "plain", "plain", "plain", "OnClass", "OnClass", "property", "property"]
+        through_from_dlpack = list(seen)
+        seen.clear()
+        getattr(kind(), "__dlpack__")()   # the oracle: Python's own attribute lookup
+        assert through_from_dlpack == seen * 2, name
+        expected = {"Object": ("object", 0), "Static": ("plain", 0), "OnClass": ("OnClass", 0),
+                    "Partial": ("plain", 1 if hasattr(functools.partial, "__get__") else 0),
+                    "Property": "property"}[name]
+        assert through_from_dlpack == [expected, expected], name
 
 
 def test_the_memo_keeps_no_deleter_count_wrong():
