@@ -66,11 +66,20 @@ def test_no_rule_answers_error(lib):
 
 # Failures whose outcome depends on memory the library corrupted or freed:
 # the checker and a reproduction may see a crash or a wrong answer, which
-# one varies from run to run. Their reproductions must still show a failure.
+# one varies from run to run, and a run may even find the freed memory
+# such that the library refuses, as the rule asks. Their reproductions must
+# still show a failure, in one of a few runs.
 _UNDEFINED = {
     ("mlx", "consumer.shape_negative"): "mlx imports a negative extent and corrupts the heap",
     ("mlx", "consumer.consumed_twice"): "mlx reads the capsule's tensor after its deleter freed it",
 }
+
+
+#: How often a reproduction of an undefined outcome runs before it is
+#: found not to show a failure: about one run in 40 of mlx's consumed_twice
+#: finds the freed memory such that mlx refuses (39 of 40 runs here showed
+#: the failure), so one run alone failed a CI lane.
+_UNDEFINED_RUNS = 8
 
 
 def _run_reproduction(source: str, path) -> subprocess.CompletedProcess:
@@ -113,12 +122,20 @@ def test_each_failure_has_a_reproduction_that_shows_it(lib, tmp_path):
         pytest.skip(f"{lib} fails no rule here")
     sources = {r.rule.id: _report(lib)[r.rule.id]["reproduction"] for r in failures}
     assert [rule for rule, source in sources.items() if source is None] == []
+    undefined = {r.rule.id for r in failures if (lib, r.rule.id) in _UNDEFINED}
+
+    def shown(result) -> str | None:
+        """Why the reproduction does not show the checker's verdict (None: it does)."""
+        path = tmp_path / f"{result.rule.id}.py"
+        for _ in range(_UNDEFINED_RUNS if result.rule.id in undefined else 1):
+            why = mismatch(result, _run_reproduction(sources[result.rule.id], path), result.rule.id in undefined)
+            if why is None:
+                return None
+        return why
+
     with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
-        runs = dict(zip(sources, pool.map(lambda item: _run_reproduction(item[1], tmp_path / f"{item[0]}.py"),
-                                          sources.items())))
-    wrong = {r.rule.id: why for r in failures
-             if (why := mismatch(r, runs[r.rule.id], (lib, r.rule.id) in _UNDEFINED)) is not None}
-    assert wrong == {}
+        whys = dict(zip(sources, pool.map(shown, failures)))
+    assert {rule: why for rule, why in whys.items() if why is not None} == {}
 
 
 def test_any_fatal_signal_reproduces_a_crash():
