@@ -185,19 +185,6 @@ def test_an_attribute_read_on_self_reaches_only_its_classs_methods():
     assert run.stdout.startswith("2 "), run.stderr
 
 
-def test_an_idle_class_keeps_no_method_but_its_dunders():
-    from dlpack_ref.harness.bundle import prune
-    roots = "made, unused = adapter()\nprint(check(made))\n"
-    kept = prune(FAMILIES, roots)
-    assert "class Unused:\n    def __init__(self):\n        self.n = 0\n\n    def run(self):" in kept
-    source = prune(FAMILIES, roots, idle=["Unused"], adapters=["adapter"])
-    assert "class Unused:\n    def __init__(self):\n        self.n = 0\n\ndef adapter" in source
-    # a class some other code names is not idle, whatever the caller says
-    assert "def run(self):\n        return os.sep" in prune(FAMILIES, roots, idle=["Unused"], adapters=[])
-    run = subprocess.run([sys.executable, "-c", source + roots], capture_output=True, text=True, timeout=60)
-    assert run.stdout == "2\n", run.stderr
-
-
 def test_pulled_in_definitions_lose_their_comments_the_checked_code_keeps_them():
     from dlpack_ref.harness.bundle import prune
     source = prune(FAMILIES, "made, unused = adapter()\nprint(check(made))\n")
@@ -287,16 +274,6 @@ def test_a_field_given_a_name_that_may_hold_none_settles_nothing():
     nested = SETTLED.replace("    return Side(\"lib\", tolist=own,", "    def tolist(r):\n        return r\n\n"
                              "    return Side(\"lib\", tolist=tolist,")
     assert "tolist=tolist" in nested and "def fallback_values" not in prune(nested, roots, made_here=True)
-
-
-def test_an_idle_class_keeps_what_its_adapter_calls():
-    from dlpack_ref.harness.bundle import prune
-    roots = "made, unused = adapter()\nprint(check(made))\n"
-    calling = FAMILIES.replace("    return Made(1), Unused()", "    u = Unused()\n    u.run()\n    return Made(1), u")
-    source = prune(calling, roots, idle=["Unused"], adapters=["adapter"])
-    assert "def run(self):\n        return os.sep" in source
-    run = subprocess.run([sys.executable, "-c", source + roots], capture_output=True, text=True, timeout=60)
-    assert run.stdout == "2\n", run.stderr
 
 
 UNASKED = '''

@@ -10,6 +10,8 @@ holds. Names (a module, a rule's text) enter it only as literals."""
 
 from __future__ import annotations
 
+import inspect
+
 from dlpack_ref.harness import registry
 from dlpack_ref.harness.bundle import bundle, prune
 from dlpack_ref.harness.libraries.generic import generic_subject, hooked_subject
@@ -29,34 +31,45 @@ __all__ = ["reproduction", "reproducible", "library_call", "reproduction_lines"]
 _FACTORY_HOOK = "_DELETER_ADDRESS, _CAPSULE_DESTRUCTOR_ADDRESS = _trampolines(_dispatch)"
 
 
-#: By the side of a rule, the subject classes whose objects its check is
-#: not given: the adapter makes them, the reproduction never uses them, so
-#: their methods are not carried.
-_IDLE = {"producer": ("Consumer", "CudaProducer"), "consumer": ("Producer", "CudaProducer"),
-         "cuda": ("Producer", "Consumer")}
+#: By the side of a rule (the name of a known library's function that makes
+#: it), the name its reproduction binds what that function makes to.
+_CHECKED = {"producer": "checked_producer", "consumer": "checked_consumer", "cuda": "cuda_producer"}
+
+#: By the side of a rule, the name a hook's or the generic adapter's
+#: reproduction gives it (those adapters make every side at once).
+_MADE = {"producer": "producer", "consumer": "consumer", "cuda": "cuda_producer"}
 
 
-def library_call(spec: str, adapter: str, side: str = "cuda") -> tuple[list, str]:
-    """(the functions that build the library's subject, the source of the
-    statements that bind with them what the rule's call is given, of
-    ``producer``, ``consumer`` and ``cuda_producer``): ``adapter`` is how
-    the checker built it (``known``,
-    ``hook``, ``generic``); the spec enters the source as literals only.
-    A known library's adapter is called for what the rule's ``side`` is
-    given: ``subject()`` for a producer or consumer rule, ``cuda()`` for a
-    CUDA rule."""
+def library_call(spec: str, adapter: str, side: str = "cuda") -> tuple[list, str, str]:
+    """(the functions that build what the rule is given, the source of the
+    statements that bind it with them, the name it is bound to): ``adapter``
+    is how the checker built the library (``known``, ``hook``,
+    ``generic``); the spec enters the source as literals only. A known
+    library's adapter is called for the rule's ``side`` alone: its
+    ``producer()``, ``consumer()`` or ``cuda()``; a library without that
+    function gives None, as it gives the checker. The functions its file
+    shares between its sides come with it."""
     if adapter == "known":
-        library = registry.KNOWN[spec]
-        if side != "cuda":
-            return [library.subject], "producer, consumer = subject()\n"
-        if not hasattr(library, "cuda"):
-            return [], "cuda_producer = None\n"
-        return [library.cuda], "cuda_producer = cuda()\n"
+        library, given = registry.KNOWN[spec], _CHECKED[side]
+        if not hasattr(library, side):
+            return [], f"{given} = None\n", given
+        return [getattr(library, side), *_shared(library)], f"{given} = {side}()\n", given
     module_name, _, attr = spec.partition(":")
     if adapter == "hook":
-        return [hooked_subject], f"producer, consumer, cuda_producer = hooked_subject({module_name!r})\n"
+        return ([hooked_subject], f"producer, consumer, cuda_producer = hooked_subject({module_name!r})\n",
+                _MADE[side])
     return ([generic_subject],
-            f"producer, consumer, absent = generic_subject({module_name!r}, {attr or None!r})\ncuda_producer = None\n")
+            f"producer, consumer, absent = generic_subject({module_name!r}, {attr or None!r})\ncuda_producer = None\n",
+            _MADE[side])
+
+
+def _shared(library) -> list:
+    """The private functions of a known library's file (what its sides
+    share): written after the side's function, under the heading of what
+    the checker ran, with their comments; those the side does not call are
+    pruned."""
+    return [f for name, f in vars(library).items()
+            if name.startswith("_") and inspect.isfunction(f) and f.__module__ == library.__name__]
 
 
 def reproducible(result: Result, adapter: str = "known") -> bool:
@@ -87,15 +100,13 @@ def reproduction(spec: str, result: Result, adapter: str = "known") -> str | Non
     if not reproducible(result, adapter):
         return None
     entry = {e.rule.id: e for e in entries()}[result.rule.id]
-    builders, binding = library_call(spec, adapter, entry.side)
-    side = {"producer": "producer", "consumer": "consumer", "cuda": "cuda_producer"}[entry.side]
+    builders, binding, given = library_call(spec, adapter, entry.side)
     head = [f"# The library {spec!r} against the rule {result.rule.id!r}: Python that shows the checker's",
             "# verdict with that library alone (the rule's own check and the library's adapter, as they ran).",
             "# It prints 'expected:' and 'observed:' and exits 1 where the rule is broken, crashes where the",
             "# library crashed the checker, prints 'ok:' and exits 0 where the rule holds."]
-    call = f"show(RULE, outcome({entry.check.__name__}, {side}))\n"
+    call = f"show(RULE, outcome({entry.check.__name__}, {given}))\n"
     source = prune(bundle(entry.check, outcome, show, *builders, last=[entry.check, *builders]), binding + call,
-                   idle=_IDLE[entry.side] if adapter == "known" else (), adapters=[b.__name__ for b in builders],
                    made_here=adapter == "known")
     retake = ("# the library's import may have taken the capsule factory's deleter hook: take it back\n"
               f"{_FACTORY_HOOK}\n") if f"\n{_FACTORY_HOOK}\n" in source else ""

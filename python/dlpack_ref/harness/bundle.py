@@ -359,19 +359,14 @@ def definition_source(definition) -> str:
     return "\n\n\n".join(m.source(s) for s in m.statements[definition.__name__])
 
 
-def prune(source: str, roots: str, idle: Iterable[str] = (), adapters: Iterable[str] = (),
-          made_here: bool = False) -> str:
+def prune(source: str, roots: str, made_here: bool = False) -> str:
     """``source`` (a bundle) cut to what ``roots``, the code run after it,
     reaches: the definitions its names lead to, transitively, and of each
     class kept, its dunder methods and the methods (and properties) whose
     name some kept code uses as an attribute. An attribute read on ``self``
     (or ``super()``) in a method leads only to the methods of that class's
     family (its bases and subclasses in the bundle); one read on anything
-    else, to every class's. A class named in ``idle`` whose instances the
-    roots never use (the other side's subject, made by an adapter among
-    ``adapters`` and left unused) keeps only its dunder methods, what its
-    own methods call on ``self`` and what the adapters call by name, when
-    no other code names it.
+    else, to every class's.
 
     With ``made_here`` (every object of the bundle's classes is made by
     the bundle's own code, as a known library's adapter makes its
@@ -402,14 +397,14 @@ def prune(source: str, roots: str, idle: Iterable[str] = (), adapters: Iterable[
     """
     tree = ast.parse(source)
     root = ast.parse(roots)
-    reach = _Reach(tree.body, source.splitlines(), set(idle), set(adapters), made_here)
+    reach = _Reach(tree.body, source.splitlines(), made_here)
     reach.add(_used_in(root), _attributes(root))
     # Again with the keywords what was reached gives, until they settle:
     # each pass keeps part of what the one before it kept, so every keyword
     # the code gives when it runs is among those of every pass.
     given = None
     while given != (given := _keywords_given(reach, root)):
-        reach = _Reach(tree.body, source.splitlines(), set(idle), set(adapters), made_here, given)
+        reach = _Reach(tree.body, source.splitlines(), made_here, given)
         reach.add(_used_in(root), _attributes(root))
     return _pruned_text(source, tree.body, reach)
 
@@ -500,8 +495,8 @@ class _Reach:
     """The statements (by position) and methods (by class position and
     name) that the names and attributes added so far lead to."""
 
-    def __init__(self, body: list[ast.stmt], lines: list[str], idle: set[str], adapters: set[str],
-                 made_here: bool = False, given: set[str] | None = None):
+    def __init__(self, body: list[ast.stmt], lines: list[str], made_here: bool = False,
+                 given: set[str] | None = None):
         self.body, self.lines = body, lines
         self.given = given   # the keywords kept code gives; None: any
         self.by_name: dict[str, list[int]] = {}
@@ -512,8 +507,6 @@ class _Reach:
             for name in names:
                 self.by_name.setdefault(name, []).append(i)
         self.family = _families(body)
-        self.idle = {i for i in self.family if body[i].name in idle
-                     and _named_only_by(body, body[i].name, adapters | {body[j].name for j in self.family[i]})}
         self.kept: set[int] = set()
         self.methods: dict[int, set[str]] = {}   # class position -> kept method names
         self.names: set[str] = set()
@@ -523,9 +516,6 @@ class _Reach:
         for i in self.family if given is not None else ():
             for field, how in _unasked_fields(body, body[i], given).items():
                 self.settled.setdefault(i, {}).setdefault(field, how)
-        by_adapters = {a for node in body if _defined_by(node) & adapters for a in _attributes(node)}
-        for i in self.idle:   # what the adapters call on the objects they make is still reached
-            self.on_self[i] |= by_adapters
         self.cut: set[int] = set()   # the lines of the statements that settled fields cut
 
     def add(self, names: set[str], attributes: set[str], on_self: tuple[int, set[str]] | None = None) -> None:
@@ -541,8 +531,7 @@ class _Reach:
                         self.kept.add(i)
                         pending += self._statement(i)
             for i in self.methods if fresh_attributes else ():
-                if i not in self.idle:
-                    pending += self._methods(i, fresh_attributes)
+                pending += self._methods(i, fresh_attributes)
             if on_self:
                 cls, wanted = on_self
                 for i in self.family[cls]:
@@ -567,9 +556,7 @@ class _Reach:
             if not (part in node.decorator_list and _registration(part)):
                 names |= {n.id for n in ast.walk(part) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
                 attributes |= _attributes(part)
-        wanted = {s.name for s in node.body if _is_method(s) and _dunder(s.name)} | self.on_self[i]
-        if i not in self.idle:
-            wanted |= self.attributes
+        wanted = {s.name for s in node.body if _is_method(s) and _dunder(s.name)} | self.on_self[i] | self.attributes
         return [(names, attributes, None), *self._methods(i, wanted)]
 
     def _facts(self, node: ast.stmt, method: bool = False) -> tuple[set[str], set[str], set[str]]:
@@ -614,14 +601,6 @@ def _families(body: list[ast.stmt]) -> dict[int, set[int]]:
                 for k in joined:
                     family[k] = joined
     return family
-
-
-def _named_only_by(body: list[ast.stmt], name: str, allowed: set[str]) -> bool:
-    """Whether every statement of ``body`` that reads ``name`` is one of the
-    definitions named in ``allowed``."""
-    return all(_defined_by(node) <= allowed and _defined_by(node) for node in body
-               if any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load)
-                      for n in ast.walk(node)))
 
 
 def _settled_fields(body: list[ast.stmt], cls: ast.ClassDef) -> dict[str, str]:

@@ -122,8 +122,9 @@ def subject(spec: str) -> Subject:
     library = KNOWN.get(spec)
     absent: dict[str, str] = {}
     if library is not None:
-        producer, consumer = library.subject()
-        cuda, adapter = library.cuda() if hasattr(library, "cuda") else None, "known"
+        producer, consumer, cuda = (getattr(library, side)() if hasattr(library, side) else None
+                                    for side in ("producer", "consumer", "cuda"))
+        adapter = "known"
     else:
         module_name, _, attr = spec.partition(":")
         cuda, adapter = None, "generic"

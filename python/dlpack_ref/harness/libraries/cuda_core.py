@@ -10,8 +10,21 @@ from ._common import Known, numpy_array
 KNOWN = Known("cuda.core", module="cuda.core", distribution="cuda-core", order=7)
 
 
-def subject():
-    import numpy as np
+def producer():
+    from_dlpack = _strided_memory_view()
+
+    def make(dtype, shape, readonly=False):
+        return from_dlpack(numpy_array(dtype, shape, readonly))
+
+    return Producer("cuda.core", make, tolist=_tolist, views=lambda: {})
+
+
+def consumer():
+    return Consumer("cuda.core", _strided_memory_view(), tolist=_tolist, data_ptr=lambda r: r.ptr,
+                    readonly=lambda r: bool(r.readonly), spec="cuda.core")
+
+
+def _strided_memory_view():
     from cuda.core.utils import StridedMemoryView
 
     def from_dlpack(x, **kwargs):
@@ -19,13 +32,9 @@ def subject():
             raise TypeError(f"StridedMemoryView.from_dlpack has no keyword argument {next(iter(kwargs))!r}")
         return StridedMemoryView.from_dlpack(x, stream_ptr=-1)
 
-    def make(dtype, shape, readonly=False):
-        return from_dlpack(numpy_array(dtype, shape, readonly))
+    return from_dlpack
 
-    def tolist(v):
-        return np.from_dlpack(v).tolist()
 
-    producer = Producer("cuda.core", make, tolist=tolist, views=lambda: {})
-    consumer = Consumer("cuda.core", from_dlpack, tolist=tolist, data_ptr=lambda r: r.ptr,
-                        readonly=lambda r: bool(r.readonly), spec="cuda.core")
-    return producer, consumer
+def _tolist(v):
+    import numpy as np
+    return np.from_dlpack(v).tolist()

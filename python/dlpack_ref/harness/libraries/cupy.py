@@ -9,13 +9,17 @@ from ._common import Known, made_from_numpy
 KNOWN = Known("cupy", module="cupy", distribution="cupy", order=4, lane=None)
 
 
-def subject():
+def producer():
     import cupy as cp
 
-    producer = Producer("cupy", made_from_numpy(cp.asarray, "cupy"), tolist=lambda x: x.get().tolist())
-    consumer = Consumer("cupy", cp.from_dlpack, tolist=lambda r: r.get().tolist(),
-                        data_ptr=lambda r: r.data.ptr, readonly=lambda r: False, spec="cupy")
-    return producer, consumer
+    return Producer("cupy", made_from_numpy(cp.asarray, "cupy"), tolist=lambda x: x.get().tolist())
+
+
+def consumer():
+    import cupy as cp
+
+    return Consumer("cupy", cp.from_dlpack, tolist=lambda r: r.get().tolist(), data_ptr=lambda r: r.data.ptr,
+                    readonly=lambda r: False, spec="cupy")
 
 
 def cuda():

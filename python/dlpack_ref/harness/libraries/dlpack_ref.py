@@ -11,7 +11,7 @@ from ._common import arange_values, Known, nested, own_values
 KNOWN = Known("dlpack_ref", module="dlpack_ref", distribution="dlpack-ref", order=0)
 
 
-def subject():
+def producer():
     import dlpack_ref as dr
 
     def make(dtype, shape, readonly=False):
@@ -32,10 +32,14 @@ def subject():
         return {"offset x[1:]": x[1:], "reversed x[::-1]": x[::-1], "strided x[::2]": x[::2],
                 "transposed m.T": m.T}
 
-    producer = Producer("dlpack_ref", make, tolist=own_values, views=views, unexportable=lambda: {})
-    consumer = Consumer("dlpack_ref", dr.from_dlpack, tolist=own_values, data_ptr=lambda r: r.data_ptr,
-                        readonly=lambda r: r.readonly, cpu_device="cpu", spec="dlpack_ref")
-    return producer, consumer
+    return Producer("dlpack_ref", make, tolist=own_values, views=views, unexportable=lambda: {})
+
+
+def consumer():
+    import dlpack_ref as dr
+
+    return Consumer("dlpack_ref", dr.from_dlpack, tolist=own_values, data_ptr=lambda r: r.data_ptr,
+                    readonly=lambda r: r.readonly, cpu_device="cpu", spec="dlpack_ref")
 
 
 def cuda():

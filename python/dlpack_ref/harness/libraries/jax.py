@@ -10,20 +10,13 @@ from ._common import Known, numpy_array
 KNOWN = Known("jax", module="jax", distribution="jax", order=3)
 
 
-def subject():
-    import jax
-    # float64 and complex128 arrays need x64 mode; without it JAX silently
-    # makes float32 / complex64 ones. (This sets JAX's global config.)
-    jax.config.update("jax_enable_x64", True)
+def producer():
+    _x64_mode()
     import jax.numpy as jnp
-    import numpy as np
 
     def make(dtype, shape, readonly=False):
         # JAX arrays are immutable: every one is read-only data.
         return jnp.asarray(numpy_array(dtype, shape))
-
-    def tolist(x):
-        return np.asarray(x).tolist()
 
     def views():
         x = jnp.arange(6.0)
@@ -33,10 +26,28 @@ def subject():
     def unexportable():
         return {"int4 array": jnp.arange(4, dtype=jnp.int4)}
 
-    producer = Producer("jax", make, tolist=tolist, views=views, unexportable=unexportable)
-    consumer = Consumer("jax", jnp.from_dlpack, tolist=tolist, data_ptr=lambda r: r.unsafe_buffer_pointer(),
-                        readonly=lambda r: True, cpu_device=jax.devices("cpu")[0], spec="jax")
-    return producer, consumer
+    return Producer("jax", make, tolist=_tolist, views=views, unexportable=unexportable)
+
+
+def consumer():
+    _x64_mode()
+    import jax
+    import jax.numpy as jnp
+
+    return Consumer("jax", jnp.from_dlpack, tolist=_tolist, data_ptr=lambda r: r.unsafe_buffer_pointer(),
+                    readonly=lambda r: True, cpu_device=jax.devices("cpu")[0], spec="jax")
+
+
+def _x64_mode():
+    import jax
+    # float64 and complex128 arrays need x64 mode; without it JAX silently
+    # makes float32 / complex64 ones. (This sets JAX's global config.)
+    jax.config.update("jax_enable_x64", True)
+
+
+def _tolist(x):
+    import numpy as np
+    return np.asarray(x).tolist()
 
 
 def cuda():

@@ -11,14 +11,18 @@ KNOWN = Known("mlc", module="mlc", distribution="mlc-python", order=15,
               lane="ecosystem", requirements=("mlc-python",))
 
 
-def subject():
+def producer():
     import mlc
 
-    def tolist(x):
-        return x.numpy().tolist()
+    return Producer("mlc", made_from_numpy(mlc.Tensor, "mlc", NUMPY_DTYPES), tolist=_tolist, views=lambda: {},
+                    unexportable=lambda: {})
 
-    producer = Producer("mlc", made_from_numpy(mlc.Tensor, "mlc", NUMPY_DTYPES), tolist=tolist, views=lambda: {},
-                        unexportable=lambda: {})
-    consumer = Consumer("mlc", mlc.Tensor, tolist=tolist, data_ptr=lambda r: r.data.value + r.byte_offset,
-                        spec="mlc")
-    return producer, consumer
+
+def consumer():
+    import mlc
+
+    return Consumer("mlc", mlc.Tensor, tolist=_tolist, data_ptr=lambda r: r.data.value + r.byte_offset, spec="mlc")
+
+
+def _tolist(x):
+    return x.numpy().tolist()

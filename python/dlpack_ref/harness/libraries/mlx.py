@@ -12,7 +12,7 @@ KNOWN = Known("mlx", module="mlx.core", distribution="mlx", order=9,
               lane="ecosystem", requirements=("mlx[cpu]",))
 
 
-def subject():
+def producer():
     import mlx.core as mx
 
     def make(dtype, shape, readonly=False):
@@ -28,6 +28,10 @@ def subject():
         return {"offset x[1:]": x[1:], "reversed x[::-1]": x[::-1], "strided x[::2]": x[::2],
                 "transposed m.T": x.reshape(2, 3).T}
 
-    producer = Producer("mlx", make, tolist=own_values, views=views, unexportable=lambda: {})
-    consumer = Consumer("mlx", mx.from_dlpack, tolist=own_values, readonly=lambda r: False, spec="mlx")
-    return producer, consumer
+    return Producer("mlx", make, tolist=own_values, views=views, unexportable=lambda: {})
+
+
+def consumer():
+    import mlx.core as mx
+
+    return Consumer("mlx", mx.from_dlpack, tolist=own_values, readonly=lambda r: False, spec="mlx")

@@ -11,8 +11,8 @@ KNOWN = Known("mpi4py", module="mpi4py.MPI", distribution="mpi4py", order=13,
               lane="ecosystem", requirements=("mpich", "mpi4py"))
 
 
-def subject():
+def consumer():
     from mpi4py import MPI
 
-    return None, Consumer("mpi4py", MPI.buffer, tolist=lambda b: b.tobytes(), data_ptr=lambda b: b.address,
-                          readonly=lambda b: b.readonly, spec="mpi4py", shapeless=True)
+    return Consumer("mpi4py", MPI.buffer, tolist=lambda b: b.tobytes(), data_ptr=lambda b: b.address,
+                    readonly=lambda b: b.readonly, spec="mpi4py", shapeless=True)

@@ -12,7 +12,7 @@ KNOWN = Known("numkong", module="numkong", distribution="numkong", order=14,
               lane="ecosystem", requirements=("numkong",))
 
 
-def subject():
+def producer():
     import numkong as nk
     import numpy as np
 
@@ -37,7 +37,11 @@ def subject():
         return {"offset x[1:]": x[1:], "reversed x[::-1]": x[::-1], "strided x[::2]": x[::2],
                 "transposed m.T": x.reshape((2, 3)).T}
 
-    producer = Producer("numkong", make, tolist=tolist, views=views, unexportable=lambda: {})
+    return Producer("numkong", make, tolist=tolist, views=views, unexportable=lambda: {})
+
+
+def consumer():
+    import numkong as nk
+
     # the results' values are read through their own export: NumPy reads numkong's narrow floats as bits
-    consumer = Consumer("numkong", nk.from_dlpack, data_ptr=lambda r: r.data_ptr, spec="numkong")
-    return producer, consumer
+    return Consumer("numkong", nk.from_dlpack, data_ptr=lambda r: r.data_ptr, spec="numkong")

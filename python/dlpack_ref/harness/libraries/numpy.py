@@ -10,7 +10,7 @@ from ._common import Known, numpy_array, own_values
 KNOWN = Known("numpy", module="numpy", distribution="numpy", order=1)
 
 
-def subject():
+def producer():
     import numpy as np
 
     def views():
@@ -25,9 +25,12 @@ def subject():
                 "datetime64": np.array([1], dtype="M8[s]"),
                 "object": np.array([None, 1], dtype=object)}
 
-    producer = Producer("numpy", numpy_array, tolist=own_values, views=views, scalar=lambda: np.float64(1.5),
-                        unexportable=unexportable)
-    consumer = Consumer("numpy", np.from_dlpack, tolist=own_values,
-                        data_ptr=lambda r: r.__array_interface__["data"][0],
-                        readonly=lambda r: not r.flags.writeable, cpu_device="cpu", spec="numpy")
-    return producer, consumer
+    return Producer("numpy", numpy_array, tolist=own_values, views=views, scalar=lambda: np.float64(1.5),
+                    unexportable=unexportable)
+
+
+def consumer():
+    import numpy as np
+
+    return Consumer("numpy", np.from_dlpack, tolist=own_values, data_ptr=lambda r: r.__array_interface__["data"][0],
+                    readonly=lambda r: not r.flags.writeable, cpu_device="cpu", spec="numpy")

@@ -11,7 +11,7 @@ KNOWN = Known("onnxruntime", module="onnxruntime", distribution="onnxruntime", o
               lane="ecosystem", requirements=("onnxruntime",))
 
 
-def subject():
+def producer():
     import onnxruntime as ort
 
     def make(dtype, shape, readonly=False):
@@ -24,8 +24,12 @@ def subject():
         import dlpack_ref as dr
         return ort.OrtValue.from_dlpack(dr.zeros(shape, dtype=dtype))
 
-    producer = Producer("onnxruntime", make, tolist=lambda v: v.numpy().tolist(), views=lambda: {},
-                        unexportable=lambda: {})
-    consumer = Consumer("onnxruntime", ort.OrtValue.from_dlpack, tolist=lambda v: v.numpy().tolist(),
-                        data_ptr=lambda v: v.data_ptr(), spec="onnxruntime")
-    return producer, consumer
+    return Producer("onnxruntime", make, tolist=lambda v: v.numpy().tolist(), views=lambda: {},
+                    unexportable=lambda: {})
+
+
+def consumer():
+    import onnxruntime as ort
+
+    return Consumer("onnxruntime", ort.OrtValue.from_dlpack, tolist=lambda v: v.numpy().tolist(),
+                    data_ptr=lambda v: v.data_ptr(), spec="onnxruntime")

@@ -11,11 +11,8 @@ KNOWN = Known("open3d", module="open3d", distribution="open3d", order=16,
               lane="ecosystem", requirements=("open3d",))
 
 
-def subject():
+def producer():
     import open3d.core as o3c
-
-    def tolist(x):
-        return x.numpy().tolist()
 
     def views():
         import numpy as np
@@ -23,7 +20,15 @@ def subject():
         return {"offset x[1:]": x[1:], "reversed x[::-1]": x[::-1], "strided x[::2]": x[::2],
                 "transposed m.T()": x.reshape((2, 3)).T()}
 
-    producer = Producer("open3d", made_from_numpy(o3c.Tensor, "open3d", NUMPY_DTYPES), tolist=tolist, views=views,
-                        unexportable=lambda: {})
-    consumer = Consumer("open3d", o3c.Tensor.from_dlpack, tolist=tolist, spec="open3d")
-    return producer, consumer
+    return Producer("open3d", made_from_numpy(o3c.Tensor, "open3d", NUMPY_DTYPES), tolist=_tolist, views=views,
+                    unexportable=lambda: {})
+
+
+def consumer():
+    import open3d.core as o3c
+
+    return Consumer("open3d", o3c.Tensor.from_dlpack, tolist=_tolist, spec="open3d")
+
+
+def _tolist(x):
+    return x.numpy().tolist()

@@ -12,7 +12,7 @@ KNOWN = Known("paddle", module="paddle", distribution="paddlepaddle", order=10,
               lane="ecosystem", requirements=("paddlepaddle",))
 
 
-def subject():
+def producer():
     import numpy as np
     import paddle
 
@@ -22,11 +22,6 @@ def subject():
         values = np.array(arange_values(math.prod(shape), dtype))
         source = "float32" if dtype.startswith(("float8", "bfloat16")) else dtype
         return paddle.to_tensor(values.astype(source), place=paddle.CPUPlace()).astype(dtype).reshape(list(shape))
-
-    def tolist(x):
-        # paddle's tolist of bfloat16 and float8 gives their bit patterns
-        narrow = str(x.dtype).startswith(("paddle.bfloat16", "paddle.float8"))
-        return (x.astype("float32") if narrow else x).tolist()
 
     def views():
         x = paddle.arange(6, dtype="float64")
@@ -38,7 +33,17 @@ def subject():
         return {"tensor that requires grad": paddle.to_tensor([1.0], stop_gradient=False),
                 "sparse COO tensor": paddle.sparse.sparse_coo_tensor(indices, values, [2, 2])}
 
-    producer = Producer("paddle", make, tolist=tolist, views=views, unexportable=unexportable)
-    consumer = Consumer("paddle", paddle.from_dlpack, tolist=tolist, data_ptr=lambda r: r.data_ptr(),
-                        readonly=lambda r: False, cpu_device="cpu", spec="paddle")
-    return producer, consumer
+    return Producer("paddle", make, tolist=_tolist, views=views, unexportable=unexportable)
+
+
+def consumer():
+    import paddle
+
+    return Consumer("paddle", paddle.from_dlpack, tolist=_tolist, data_ptr=lambda r: r.data_ptr(),
+                    readonly=lambda r: False, cpu_device="cpu", spec="paddle")
+
+
+def _tolist(x):
+    # paddle's tolist of bfloat16 and float8 gives their bit patterns
+    narrow = str(x.dtype).startswith(("paddle.bfloat16", "paddle.float8"))
+    return (x.astype("float32") if narrow else x).tolist()

@@ -10,7 +10,7 @@ from ._common import arange_values, Known, numpy_dtype
 KNOWN = Known("pyarrow", module="pyarrow", distribution="pyarrow", order=8)
 
 
-def subject():
+def producer():
     import numpy as np
     import pyarrow as pa
 
@@ -30,4 +30,4 @@ def subject():
     def unexportable():
         return {"with nulls": pa.array([1.0, None]), "strings": pa.array(["a", "b"])}
 
-    return Producer("pyarrow", make, tolist=lambda x: x.to_pylist(), views=views, unexportable=unexportable), None
+    return Producer("pyarrow", make, tolist=lambda x: x.to_pylist(), views=views, unexportable=unexportable)

@@ -13,9 +13,8 @@ KNOWN = Known("tensorflow", module="tensorflow", distribution="tensorflow", orde
               lane="ecosystem", requirements=("tensorflow-cpu",))
 
 
-def subject():
-    import os
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # no start-up banner in every worker's output
+def producer():
+    _quiet_start()
     import tensorflow as tf
 
     def make(dtype, shape, readonly=False):
@@ -26,9 +25,6 @@ def subject():
         source = tf.float32 if dtype == "bfloat16" else t
         return tf.reshape(tf.cast(tf.constant(arange_values(math.prod(shape), dtype), dtype=source), t), shape)
 
-    def tolist(x):
-        return x.numpy().tolist()
-
     def views():
         x = tf.range(6, dtype=tf.float64)
         return {"offset x[1:] (a copy in TensorFlow)": x[1:], "reversed x[::-1] (a copy in TensorFlow)": x[::-1],
@@ -37,7 +33,21 @@ def subject():
     def unexportable():
         return {"string tensor": tf.constant(["a", "b"])}
 
-    producer = Producer("tensorflow", make, tolist=tolist, views=views, unexportable=unexportable)
-    consumer = Consumer("tensorflow", tf.experimental.dlpack.from_dlpack, tolist=tolist, readonly=lambda r: True,
-                        spec="tensorflow", capsule_request={})
-    return producer, consumer
+    return Producer("tensorflow", make, tolist=_tolist, views=views, unexportable=unexportable)
+
+
+def consumer():
+    _quiet_start()
+    import tensorflow as tf
+
+    return Consumer("tensorflow", tf.experimental.dlpack.from_dlpack, tolist=_tolist, readonly=lambda r: True,
+                    spec="tensorflow", capsule_request={})
+
+
+def _quiet_start():
+    import os
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # no start-up banner in every worker's output
+
+
+def _tolist(x):
+    return x.numpy().tolist()

@@ -12,7 +12,7 @@ from ._common import arange_values, Known
 KNOWN = Known("torch", module="torch", distribution="torch", order=2)
 
 
-def subject():
+def producer():
     import torch
 
     def make(dtype, shape, readonly=False):
@@ -28,9 +28,6 @@ def subject():
             return torch.tensor(arange_values(n, dtype), dtype=torch.float32).to(t).reshape(shape)
         return torch.tensor(arange_values(n, dtype)).to(t).reshape(shape)
 
-    def tolist(x):
-        return x.resolve_conj().resolve_neg().tolist()
-
     def views():
         x = torch.arange(6.0, dtype=torch.float64)
         z = torch.tensor([1 + 2j, 3 - 4j, -5 + 6j])
@@ -42,10 +39,18 @@ def subject():
     def unexportable():
         return {"meta tensor": torch.empty(3, device="meta"), "sparse COO tensor": torch.eye(2).to_sparse()}
 
-    producer = Producer("torch", make, tolist=tolist, views=views, unexportable=unexportable)
-    consumer = Consumer("torch", torch.from_dlpack, tolist=tolist, data_ptr=lambda r: r.data_ptr(),
-                        readonly=lambda r: False, cpu_device=torch.device("cpu"), spec="torch")
-    return producer, consumer
+    return Producer("torch", make, tolist=_tolist, views=views, unexportable=unexportable)
+
+
+def consumer():
+    import torch
+
+    return Consumer("torch", torch.from_dlpack, tolist=_tolist, data_ptr=lambda r: r.data_ptr(),
+                    readonly=lambda r: False, cpu_device=torch.device("cpu"), spec="torch")
+
+
+def _tolist(x):
+    return x.resolve_conj().resolve_neg().tolist()
 
 
 def cuda():

@@ -9,13 +9,18 @@ from ._common import Known, made_from_numpy
 KNOWN = Known("tvm_ffi", module="tvm_ffi", distribution="apache-tvm-ffi", order=6)
 
 
-def subject():
-    import numpy as np
+def producer():
     import tvm_ffi
 
-    def tolist(x):
-        return np.from_dlpack(x).tolist()
+    return Producer("tvm_ffi", made_from_numpy(tvm_ffi.from_dlpack, "tvm_ffi"), tolist=_tolist, views=lambda: {})
 
-    producer = Producer("tvm_ffi", made_from_numpy(tvm_ffi.from_dlpack, "tvm_ffi"), tolist=tolist, views=lambda: {})
-    consumer = Consumer("tvm_ffi", tvm_ffi.from_dlpack, tolist=tolist, spec="tvm_ffi")
-    return producer, consumer
+
+def consumer():
+    import tvm_ffi
+
+    return Consumer("tvm_ffi", tvm_ffi.from_dlpack, tolist=_tolist, spec="tvm_ffi")
+
+
+def _tolist(x):
+    import numpy as np
+    return np.from_dlpack(x).tolist()
