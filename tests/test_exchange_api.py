@@ -723,16 +723,6 @@ static PyObject* filled(PyObject* self, PyObject* unused) {
 }
 
 static PyMethodDef methods[] = {{"filled", filled, METH_NOARGS, NULL}, {NULL, NULL, 0, NULL}};
-static struct PyModuleDef def = {PyModuleDef_HEAD_INIT, "table_probe", NULL, -1, methods, NULL, NULL, NULL, NULL};
-PyMODINIT_FUNC PyInit_table_probe(void) {
-    PyObject* m = PyModule_Create(&def);
-#ifdef Py_GIL_DISABLED
-    /* as every test extension: loaded in the test process, it must not
-       re-enable the GIL on a free-threaded build */
-    if (m != NULL) PyUnstable_Module_SetGIL(m, Py_MOD_GIL_NOT_USED);
-#endif
-    return m;
-}
 """
 
 
@@ -740,14 +730,7 @@ def test_the_header_fills_a_table_written_out_by_hand(tmp_path):
     # dlpack_ref_exchange_table_init: the one place a table's header (1.3,
     # prev_api NULL) and five functions are written, for the core and the
     # Cython adopter, whose functions are their own.
-    import importlib.util
+    from support.build_ext import load_c_probe
 
-    from support.build_ext import compile_c_extension
-
-    source = tmp_path / "table_probe.c"
-    source.write_text(TABLE_PROBE)
-    so = compile_c_extension(source, tmp_path, c_include=[dlpack_ref.get_include()])
-    spec = importlib.util.spec_from_file_location("table_probe", so)
-    probe = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(probe)
+    probe = load_c_probe("table_probe", TABLE_PROBE, tmp_path, c_include=[dlpack_ref.get_include()])
     assert probe.filled() == (*dlpack_ref.DLPACK_VERSION, 1, 1, 1, 1, 1, 1)

@@ -5,7 +5,6 @@ core's callbacks, its CUDA layer) reads the argument again."""
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import shutil
 from pathlib import Path
@@ -123,9 +122,6 @@ static PyMethodDef methods[] = {
     {"convert_rocm", (PyCFunction)(void (*)(void))convert_rocm, METH_VARARGS | METH_KEYWORDS, NULL},
     {"export", export_, METH_VARARGS, NULL},
     {NULL, NULL, 0, NULL}};
-static struct PyModuleDef def = {PyModuleDef_HEAD_INIT, "stream_struct_probe", NULL, -1, methods,
-                                 NULL, NULL, NULL, NULL};
-PyMODINIT_FUNC PyInit_stream_struct_probe(void) { return PyModule_Create(&def); }
 """
 
 
@@ -191,18 +187,12 @@ REFUSED_ROCM = [
 
 @pytest.fixture(scope="module")
 def probe(tmp_path_factory):
-    from support.build_ext import compile_c_extension
+    from support.build_ext import load_c_probe
 
     folder = tmp_path_factory.mktemp("stream_struct")
     for name in ("dlpack.h", "dlpack_ref.h", "dlpack_ref_tables.h"):
         shutil.copy(Path(dlpack_ref.get_include(), name), folder / name)
-    source = folder / "stream_struct_probe.c"
-    source.write_text(PROBE)
-    so = compile_c_extension(source, folder, c_include=[folder])
-    spec = importlib.util.spec_from_file_location("stream_struct_probe", so)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_c_probe("stream_struct_probe", PROBE, folder, c_include=[folder])
 
 
 @pytest.mark.parametrize("stream, parsed", PARSED, ids=repr)

@@ -236,8 +236,6 @@ static PyObject* stream_value(PyObject* self, PyObject* args) {
 }
 
 static PyMethodDef methods[] = {{"stream_value", stream_value, METH_VARARGS, NULL}, {NULL, NULL, 0, NULL}};
-static struct PyModuleDef def = {PyModuleDef_HEAD_INIT, "stream_probe", NULL, -1, methods, NULL, NULL, NULL, NULL};
-PyMODINIT_FUNC PyInit_stream_probe(void) { return PyModule_Create(&def); }
 """
 
 
@@ -279,21 +277,14 @@ def test_the_stream_rule_of_the_header_answers_as_written(tmp_path, vendored):
     """The header's rule, through a vendoring extension and through the
     core's binding of it (what dlpack_ref.cuda.stream checks its value
     with): the same value, or the same exception type and message."""
-    import importlib.util
-
     from dlpack_ref._dlpack_ref import _stream_fields
 
     def stream_handle(stream):   # the header's int, from the fields cuda.stream keeps
         sync, handle = _stream_fields(stream)
         return handle if sync else -1
-    from support.build_ext import compile_c_extension
+    from support.build_ext import load_c_probe
 
-    source = tmp_path / "stream_probe.c"
-    source.write_text(STREAM_PROBE)
-    so = compile_c_extension(source, tmp_path, c_include=[vendored])
-    spec = importlib.util.spec_from_file_location("stream_probe", so)
-    probe = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(probe)
+    probe = load_c_probe("stream_probe", STREAM_PROBE, tmp_path, c_include=[vendored])
     owner = dlpack_ref.zeros(1)
     for stream, expected in STREAM_ANSWERS:
         header = _stream_outcome(lambda: probe.stream_value(stream, True, owner), expected)

@@ -78,3 +78,33 @@ def compile_c_extension(source: Path, build: Path, c_include=(), cxx: bool = Fal
                           str(source), "-o", str(so)], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-4000:]
     return so
+
+
+def _module_init(name: str) -> str:
+    """The module definition and init function of a C probe: it declares
+    that it needs no GIL, since on a free-threaded CPython a module that
+    does not turns the GIL back on for the whole test process, where every
+    later test then runs with it."""
+    return f"""
+static struct PyModuleDef def = {{PyModuleDef_HEAD_INIT, "{name}", NULL, -1, methods, NULL, NULL, NULL, NULL}};
+PyMODINIT_FUNC PyInit_{name}(void) {{
+    PyObject* m = PyModule_Create(&def);
+#ifdef Py_GIL_DISABLED
+    if (m != NULL) PyUnstable_Module_SetGIL(m, Py_MOD_GIL_NOT_USED);
+#endif
+    return m;
+}}
+"""
+
+
+def load_c_probe(name: str, body: str, build: Path, c_include=()):
+    """Compile, as compile_c_extension does, and import the C module
+    ``name`` made of ``body`` (which defines its ``methods`` table) and its
+    module definition, in folder ``build``."""
+    source = build / f"{name}.c"
+    source.write_text(body + _module_init(name))
+    so = compile_c_extension(source, build, c_include)
+    spec = importlib.util.spec_from_file_location(name, so)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
