@@ -342,6 +342,24 @@ def run_tasks(tasks: Iterable[dict], spec: str | None = None, subject: Subject |
         return _outcomes(worker, tasks, on_done)
 
 
+def _wait_interruptibly(futures: list) -> None:
+    """Wait until every future is done or one has raised (then raise it).
+
+    The wait is cut into waits of _POLL_S: the kernel hands a Ctrl-C or
+    SIGTERM to any thread of the process, and when it picks one of the
+    pool's, no lock wait of this thread is interrupted, so one long wait
+    would see the signal only when every worker's task had ended (never,
+    for a task that hangs). Between two waits this thread runs the
+    signal's handler."""
+    pending = futures
+    while pending:
+        done, pending = concurrent.futures.wait(pending, timeout=_POLL_S,
+                                                return_when=concurrent.futures.FIRST_EXCEPTION)
+        for future in done:
+            if future.exception() is not None:
+                future.result()
+
+
 def run_groups(groups: list[list[dict]], on_done: Callable[[dict, dict], None] | None = None,
                parallel: int | None = None) -> list[list[dict]]:
     """Each group of tasks in a worker of its own (no other group's imports
@@ -364,7 +382,9 @@ def run_groups(groups: list[list[dict]], on_done: Callable[[dict, dict], None] |
 
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=parallel or os.cpu_count() or 1)
     try:
-        return list(pool.map(group_outcomes, groups))
+        futures = [pool.submit(group_outcomes, group) for group in groups]
+        _wait_interruptibly(futures)
+        return [f.result() for f in futures]
     except BaseException:
         stop.set()
         for worker in list(workers):
