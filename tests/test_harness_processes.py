@@ -189,11 +189,13 @@ def test_sigint_during_the_exchange_matrix_keeps_the_libraries_checked_and_marks
     assert gone(noted(tmp_path, "hanging.")) == []
 
 
-def test_ctrl_c_in_a_python_caller_ends_the_runner_s_parallel_workers_at_once(tmp_path, cleanup):
+def _start_two_hanging_groups(tmp_path, before: str = "") -> subprocess.Popen:
+    """A Python caller of run_groups with two groups whose task hangs (each
+    notes ``hanging.PID`` first), ``before`` run in it first; it prints
+    "interrupted" on KeyboardInterrupt."""
     write_library(tmp_path, "hangs_in_a_task",
                   at_import="def hang(task, subjects):\n    note(f'hanging.{os.getpid()}')\n    time.sleep(1000)\n")
-    script = textwrap.dedent('''
-        import time
+    script = textwrap.dedent(before) + textwrap.dedent('''
         from dlpack_ref.harness.runner import run_groups
         hang = {"function": "hangs_in_a_task:hang"}
         try:
@@ -201,7 +203,11 @@ def test_ctrl_c_in_a_python_caller_ends_the_runner_s_parallel_workers_at_once(tm
         except KeyboardInterrupt:
             print("interrupted")
         ''')
-    proc = start(tmp_path, ["-c", script], command=[sys.executable])
+    return start(tmp_path, ["-c", script], command=[sys.executable])
+
+
+def test_ctrl_c_in_a_python_caller_ends_the_runner_s_parallel_workers_at_once(tmp_path, cleanup):
+    proc = _start_two_hanging_groups(tmp_path)
     cleanup.append(proc)
     deadline = time.monotonic() + 60
     while len(noted(tmp_path, "hanging.")) < 2 and time.monotonic() < deadline:
@@ -220,27 +226,18 @@ def test_ctrl_c_handed_to_a_pool_thread_still_ends_the_run_at_once(tmp_path, cle
     """The kernel hands a process's signal to any of its threads: here, as
     it sometimes does, to one of the runner's pool threads, whose signal
     interrupts no wait of the caller's thread."""
-    write_library(tmp_path, "hangs_in_a_task",
-                  at_import="def hang(task, subjects):\n    note(f'hanging.{os.getpid()}')\n    time.sleep(1000)\n")
-    script = textwrap.dedent(f'''
+    proc = _start_two_hanging_groups(tmp_path, before=f'''
         import os, signal, threading, time
-        from dlpack_ref.harness.runner import run_groups
         notes = {str(tmp_path / "notes")!r}
 
         def to_a_pool_thread():
             while sum(n.startswith("hanging.") for n in os.listdir(notes)) < 2:
                 time.sleep(0.02)
-            [pool_thread] = [t for t in threading.enumerate() if t.name.startswith("ThreadPoolExecutor")][:1]
+            pool_thread = next(t for t in threading.enumerate() if t.name.startswith("ThreadPoolExecutor"))
             signal.pthread_kill(pool_thread.ident, signal.SIGINT)
 
         threading.Thread(target=to_a_pool_thread, daemon=True).start()
-        hang = {{"function": "hangs_in_a_task:hang"}}
-        try:
-            run_groups([[hang], [hang]], parallel=2)
-        except KeyboardInterrupt:
-            print("interrupted")
         ''')
-    proc = start(tmp_path, ["-c", script], command=[sys.executable])
     cleanup.append(proc)
     out, err = proc.communicate(timeout=60)
     assert out.strip() == "interrupted", err[-3000:]
