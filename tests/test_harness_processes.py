@@ -121,14 +121,18 @@ def cleanup(tmp_path):
     """Whatever a test started or noted is killed at its end, whatever it found."""
     started = []
     yield started
+    # The noted processes first: a runner's workers lead sessions of their
+    # own, outlive a kill of the command's group and hold its pipes.
+    notes = tmp_path / "notes"
+    for name in sorted(os.listdir(notes)) if notes.exists() else []:
+        text = (notes / name).read_text()
+        if text.isdigit() and int(text) > 0:   # a note a process is still writing is skipped
+            with __import__("contextlib").suppress(ProcessLookupError, PermissionError):
+                os.kill(int(text), signal.SIGKILL)
     for proc in started:
         with __import__("contextlib").suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.communicate(timeout=30)
-    if (tmp_path / "notes").exists():
-        for pid in noted(tmp_path, ""):
-            with __import__("contextlib").suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
 
 
 # --- signals ---------------------------------------------------------------------------------
