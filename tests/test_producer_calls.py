@@ -290,14 +290,14 @@ def test_type_attributes_that_are_no_methods_are_called_as_getattr_gives_them(fa
         seen.append((cls.__name__, 0))
         return factory.make(shape=(1,))
 
-    kinds = {
-        "Object": CallableObject(),
-        "Partial": functools.partial(plain),
-        "Static": staticmethod(plain),
-        "OnClass": classmethod(on_class),
-        "Property": property(lambda self: tagged.__dlpack__),
+    kinds = {   # name: (the type's __dlpack__, the call it makes: whose, with how many positional arguments)
+        "Object": (CallableObject(), ("object", 0)),
+        "Partial": (functools.partial(plain), ("plain", _partial_binds())),
+        "Static": (staticmethod(plain), ("plain", 0)),
+        "OnClass": (classmethod(on_class), ("OnClass", 0)),
+        "Property": (property(lambda self: tagged.__dlpack__), "property"),
     }
-    for name, attribute in kinds.items():
+    for name, (attribute, expected) in kinds.items():
         kind = type(name, (), {"__slots__": (), "__dlpack__": attribute, "__dlpack_device__": lambda self: (1, 0)})
         seen.clear()
         for _ in range(2):   # the second call through the memo
@@ -306,9 +306,6 @@ def test_type_attributes_that_are_no_methods_are_called_as_getattr_gives_them(fa
         seen.clear()
         getattr(kind(), "__dlpack__")()   # the oracle: Python's own attribute lookup
         assert through_from_dlpack == seen * 2, name
-        expected = {"Object": ("object", 0), "Static": ("plain", 0), "OnClass": ("OnClass", 0),
-                    "Partial": ("plain", _partial_binds()),
-                    "Property": "property"}[name]
         assert through_from_dlpack == [expected, expected], name
 
 
