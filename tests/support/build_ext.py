@@ -32,8 +32,12 @@ def compile_extension(pyx: Path, build: Path, cython_include=(), c_include=()):
     compiler Python was built with, and import it; `cython_include` and
     `c_include` are the only include folders added (skips the test when
     Cython or a C compiler is missing)."""
-    so = compile_cython_extension(pyx, build, cython_include, c_include)
-    spec = importlib.util.spec_from_file_location(pyx.stem, so)
+    return _imported(pyx.stem, compile_cython_extension(pyx, build, cython_include, c_include))
+
+
+def _imported(name: str, so: Path):
+    """The built extension module ``so``, named ``name``, imported."""
+    spec = importlib.util.spec_from_file_location(name, so)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -103,8 +107,4 @@ def load_c_probe(name: str, body: str, build: Path, c_include=()):
     module definition, in folder ``build``."""
     source = build / f"{name}.c"
     source.write_text(body + _module_init(name))
-    so = compile_c_extension(source, build, c_include)
-    spec = importlib.util.spec_from_file_location(name, so)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return _imported(name, compile_c_extension(source, build, c_include))
