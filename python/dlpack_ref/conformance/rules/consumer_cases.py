@@ -132,7 +132,9 @@ def import_made(c, f, *, device=(1, 0), read_values=None, elements=(), names=Fal
     result is read when its data was allocated, unless ``read_values`` says
     otherwise. ``elements``: float64 values of a 1-D tensor written along
     its strides."""
-    p = KeepingProducer(f, device=device, **make)
+    p = WatchedProducer(f, device=device, **make)
+    if names:
+        p = KeepingProducer(f, device=device, **make)
     if elements:
         p = FillingProducer(f, elements, device=device, **make)
     out = looked(attempt(c, p, read_values=make.get("data", "alloc") == "alloc" if read_values is None
