@@ -11,6 +11,7 @@ import gc
 import struct
 import sys
 import threading
+import tracemalloc
 
 import pytest
 
@@ -20,6 +21,7 @@ from support.malformed import INT64_MAX, INT64_MIN, MALFORMED
 from dlpack_ref.testing import FLAG_IS_COPIED, FLAG_READ_ONLY
 from dlpack_ref.testing import NAME_LEGACY, NAME_USED_LEGACY, NAME_USED_VERSIONED, NAME_VERSIONED
 from dlpack_ref.testing import CapsuleFactory, ForeignProducer, capsule_name, read_capsule
+from dlpack_ref.testing.abi import DELETER_T, DLManagedTensorVersioned
 
 
 
@@ -509,3 +511,41 @@ def test_copy_false_refuses_a_tensor_flagged_is_copied(factory, how):
     assert a.data_ptr == factory.last_data
     del a
     assert deleter_calls(factory) == 2
+
+
+@pytest.mark.thread_unsafe(reason="other threads' freed tensors may push this one out of the shared quarantine")
+def test_a_factory_that_keeps_freed_memory_holds_a_freed_tensor_as_it_was():
+    # what a consumer that reads a tensor after its deleter ran finds: the
+    # tensor as it was, whatever was allocated since (the checker's cases
+    # use it, so that such a consumer gets the same verdict in every run)
+    f = CapsuleFactory(keep_freed=True)
+    cap = f.make(shape=(3,), dtype=(2, 64, 1), fill=struct.pack("<3d", 1.0, 2.0, 3.0))
+    info = read_capsule(cap)
+    size = ctypes.sizeof(DLManagedTensorVersioned)
+    before = ctypes.string_at(info["address"], size)
+    DELETER_T(info["deleter"])(info["address"])
+    assert (f.deleter_calls, f.live) == (1, 0)
+    churn = [ctypes.create_string_buffer(b"\xab" * size) for _ in range(10_000)]
+    assert ctypes.string_at(info["address"], size) == before
+    assert ctypes.string_at(info["data"], 24) == struct.pack("<3d", 1.0, 2.0, 3.0)
+    del churn, cap
+    gc.collect()
+    assert f.calls_for(f.last_id) == 2   # the capsule destructor's call after the first is counted, as always
+
+
+@pytest.mark.thread_unsafe(reason="tracemalloc traces every thread's allocations, and is started once per process")
+@pytest.mark.parametrize("keep_freed, kept_mib", [(True, (16, 17)), (False, (0, 1))], ids=["keep_freed", "default"])
+def test_the_memory_of_the_last_16_freed_tensors_is_kept_or_none_is(keep_freed, kept_mib):
+    tracemalloc.start()
+    try:
+        f = CapsuleFactory(keep_freed=keep_freed)
+        for _ in range(40):
+            a = from_dlpack(f.make(shape=(1 << 17,), dtype=(2, 64, 1)))   # 1 MiB of data each
+            del a
+        gc.collect()
+        held = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    assert f.deleter_calls == 40
+    low, high = kept_mib
+    assert low << 20 <= held < high << 20, held

@@ -34,10 +34,19 @@ Lifetime rules the factory follows, which are DLPack's rules:
 * The deleter of a tensor can be called more than once by a buggy consumer:
   this is counted (``calls_for`` returns 2) and does not crash, since the
   deleter only uses the address it is given as a key.
+* A factory made with ``keep_freed=True`` releases a tensor's buffers at its
+  deleter's call as any other, but does not hand their memory back at once:
+  the buffers of the last 16 tensors freed are kept as they were. A consumer that reads a tensor after
+  its deleter ran (a use after free) then reads the tensor as it was,
+  whatever the allocator does: what it does next, and so a verdict on it, is
+  the same in every run. The conformance checker's consumer cases use it.
+  The default frees the memory at once, so that a sanitizer reports such a
+  read by dlpack-ref itself.
 """
 
 from __future__ import annotations
 
+import collections
 import ctypes
 import dataclasses
 import itertools
@@ -82,10 +91,11 @@ def _c_string(address: int | None) -> bytes | None:
 class _Counts:
     """Deleter bookkeeping of one factory; outlives it while capsules do."""
 
-    def __init__(self) -> None:
+    def __init__(self, keep_freed: bool) -> None:
         self.total = 0
         self.per_id: dict[int, int] = {}
         self.live = 0
+        self.keep_freed = keep_freed
 
 
 @dataclasses.dataclass(slots=True)
@@ -108,6 +118,9 @@ _RECORDS: dict[int, _Record] = {}
 # Capsule context value -> record, for the capsule destructor.
 _BY_CONTEXT: dict[int, _Record] = {}
 _LOCK = threading.RLock()
+# The buffers of the last tensors freed by factories made with keep_freed.
+# A count, not bytes: the checker's cases, which keep them, make small tensors.
+_FREED: collections.deque = collections.deque(maxlen=16)
 
 
 def _fresh_lock_in_child() -> None:
@@ -133,6 +146,8 @@ def _on_delete(address: int | None) -> None:
             record.counts.live -= 1
             # Freed here, as a DLPack deleter frees its tensor: the caller
             # must not touch the struct after deleter() returns.
+            if record.counts.keep_freed:
+                _FREED.append(record.buffers)
             record.buffers = None
 
 
@@ -237,6 +252,12 @@ class CapsuleFactory:
     """Makes DLPack capsules with every field under the caller's control and
     counts the calls of their deleters.
 
+    Args:
+        keep_freed: hold the memory of the last 16 tensors whose deleter
+            ran instead of freeing it at once, so that a consumer that reads
+            a tensor after its deleter ran reads it as it was. Each holds its
+            data too: meant for small tensors.
+
     Example::
 
         f = CapsuleFactory()
@@ -253,8 +274,8 @@ class CapsuleFactory:
         last_address: the address of the last managed struct made.
     """
 
-    def __init__(self) -> None:
-        self._counts = _Counts()
+    def __init__(self, *, keep_freed: bool = False) -> None:
+        self._counts = _Counts(keep_freed)
         self._no_deleter_buffers: list = []
         self.last_data = 0
         self.last_id = 0

@@ -4,7 +4,10 @@ producer or capsule of :mod:`dlpack_ref.testing.factory`, so that every
 field, and the deleter count, is under control; what the import gave is
 collected in an outcome dict, the deleters are counted once every object of
 the case is gone, and the case's own judge (:mod:`.consumer_judges`)
-decides, in :func:`judged`. A crash is the runner's to report.
+decides, in :func:`judged`. A crash is the runner's to report. The cases'
+factories keep the memory of the tensors whose deleter ran
+(``keep_freed``): a consumer that reads a tensor after freeing it reads it
+as it was, so its verdict is the same in every run.
 """
 
 from __future__ import annotations
@@ -167,7 +170,7 @@ def import_or_why_copied(c, f, **producer) -> dict:
     out = import_asked(c, f, {}, **producer)
     if out.get("outcome") == "ok" and "ptr" in out and out.get("ptr") != out.get("source_ptr"):
         # a factory of its own: this case counts the first import's deleter only
-        out["copy_false"] = import_asked(c, CapsuleFactory(), {"copy": False}, read_values=False, **producer)
+        out["copy_false"] = import_asked(c, CapsuleFactory(keep_freed=True), {"copy": False}, read_values=False, **producer)
         out["copy_false"].pop("result", None)
     return out
 
@@ -200,7 +203,7 @@ def control_refusal(c, control: dict) -> str | None:
     same import of a valid tensor (``control``: how it is made; a shape of
     the same number of dimensions as the case's) too. None when it takes
     the valid one."""
-    out = import_asked(c, CapsuleFactory(), {}, read_values=False, **control)
+    out = import_asked(c, CapsuleFactory(keep_freed=True), {}, read_values=False, **control)
     out.pop("result", None)
     if not refused(out) or out.get("outcome") == "keyword":
         return None
@@ -236,7 +239,7 @@ def judged(c, run, judge, *, want=None, deleters=1, needs_versioned=False, asks_
                            "consumer")
     if want is not None:
         want = c.expected(want, "float64")
-    f = CapsuleFactory()
+    f = CapsuleFactory(keep_freed=True)
     out = run(f)
     out["made"] = f.last_id != 0
     out["deleters_during"] = f.deleter_calls

@@ -167,7 +167,8 @@ def imports_element_types(c, names: list[str]) -> str:
     done, refused_with, bad, untold = [], [], [], []
     for name in names:
         triple, values = ELEMENT_CASES[name]
-        out = attempt(c, ForeignProducer(CapsuleFactory(), shape=(3,), dtype=triple, fill=element_bytes(name)))
+        out = attempt(c, ForeignProducer(CapsuleFactory(keep_freed=True), shape=(3,), dtype=triple,
+                                         fill=element_bytes(name)))
         if refused(out):
             # which exception a refusal raises is the dtype_unknown_code rule's point, not this one's
             refused_with.append(f"{name} ({out['exc'][0]})")
