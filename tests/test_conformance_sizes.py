@@ -104,8 +104,9 @@ def test_reproductions_carry_what_their_rule_reaches_and_no_more():
     # are left out, and a CUDA rule calls cuda() alone (before: producer 328, consumer 936; CUDA 415 with
     # dlpack-ref's adapter); a consumer rule carries only the capsule options it gives (before: 699), and
     # a rule only its side's function of the adapter (before: producer 322, consumer 597), and a consumer
-    # rule keeps the capsule it hands out only where it reads the capsule's name (before: consumer 540)
-    assert medians["producer"] <= 310 and medians["consumer"] <= 540 and cuda <= 310, (medians, cuda)
+    # rule keeps the capsule it hands out only where it reads the capsule's name (before: consumer 540); the
+    # factory reads a dtype and a device with one helper and names its counts apart from `live` (before: 535)
+    assert medians["producer"] <= 310 and medians["consumer"] <= 520 and cuda <= 310, (medians, cuda)
 
 
 def test_a_consumer_rule_carries_only_the_capsule_options_it_gives():

@@ -393,7 +393,9 @@ def prune(source: str, roots: str, made_here: bool = False) -> str:
     parts one-line constants and imports.
 
     A method reached only through ``getattr`` with a name that is not a
-    literal is not seen: no bundled code does that.
+    literal is not seen: bundled code does that only on other packages'
+    objects and for protocol methods (``__dlpack_device__``), which, as
+    dunders, are always kept.
     """
     tree = ast.parse(source)
     root = ast.parse(roots)

@@ -74,18 +74,9 @@ _NAMES: dict[bytes, ctypes.Array] = {}
 
 def _name_buffer(name: bytes | None):
     """A char buffer of ``name`` that lives as long as the process (None for NULL)."""
-    if name is None:
-        return None
-    buf = _NAMES.get(name)
-    if buf is None:
-        # setdefault, not a store: two threads making the first capsule of a
-        # name must share one buffer, or the loser's capsule names freed memory.
-        buf = _NAMES.setdefault(name, ctypes.create_string_buffer(name))
-    return buf
-
-
-def _c_string(address: int | None) -> bytes | None:
-    return None if not address else ctypes.string_at(address)
+    # setdefault, not a store: two threads making the first capsule of a
+    # name must share one buffer, or the loser's capsule names freed memory.
+    return None if name is None else _NAMES.setdefault(name, ctypes.create_string_buffer(name))
 
 
 class _Counts:
@@ -94,7 +85,7 @@ class _Counts:
     def __init__(self, keep_freed: bool) -> None:
         self.total = 0
         self.per_id: dict[int, int] = {}
-        self.live = 0
+        self.pending = 0  # tensors whose deleter has not run
         self.keep_freed = keep_freed
 
 
@@ -143,7 +134,7 @@ def _on_delete(address: int | None) -> None:
         record.counts.per_id[record.cap_id] = record.counts.per_id.get(record.cap_id, 0) + 1
         if not record.released:
             record.released = True
-            record.counts.live -= 1
+            record.counts.pending -= 1
             # Freed here, as a DLPack deleter frees its tensor: the caller
             # must not touch the struct after deleter() returns.
             if record.counts.keep_freed:
@@ -163,7 +154,7 @@ def _on_capsule_destroyed(capsule: int) -> None:
         # not text: a capsule made named used_* and consumed by one that
         # ignores the name is renamed used_* again, by the consumer's string.
         return
-    struct_address = PyCapsule_GetPointer(capsule, _c_string(name_address))
+    struct_address = PyCapsule_GetPointer(capsule, ctypes.string_at(name_address) if name_address else None)
     if record.released:
         # The deleter ran already, from a consumer that kept the capsule's
         # name: the struct is freed. Count the second call a real destructor
@@ -206,18 +197,12 @@ _DELETER_ADDRESS, _CAPSULE_DESTRUCTOR_ADDRESS = _trampolines(_dispatch)
 
 # --- field helpers -----------------------------------------------------------
 
-def _as_dtype_triple(dtype: Any) -> tuple[int, int, int]:
-    if hasattr(dtype, "__dlpack_data_type__"):
-        dtype = dtype.__dlpack_data_type__()
-    code, bits, lanes = dtype
-    return int(code), int(bits), int(lanes)
-
-
-def _as_device_pair(device: Any) -> tuple[int, int]:
-    if hasattr(device, "__dlpack_device__"):
-        device = device.__dlpack_device__()
-    device_type, device_id = device
-    return int(device_type), int(device_id)
+def _ints(value: Any, protocol: str) -> tuple[int, ...]:
+    """``value`` (a dtype triple, a device pair), or what its method
+    ``protocol`` (``__dlpack_data_type__``, ``__dlpack_device__``) returns, as ints."""
+    if hasattr(value, protocol):
+        value = getattr(value, protocol)()
+    return tuple(int(v) for v in value)
 
 
 def _c_contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -287,7 +272,7 @@ class CapsuleFactory:
 
     @property
     def live(self) -> int:
-        return self._counts.live
+        return self._counts.pending
 
     def calls_for(self, cap_id: int) -> int:
         """How many times the deleter of the capsule with this id ran
@@ -333,8 +318,8 @@ class CapsuleFactory:
         # The valid capsule first; each option that breaks it is a statement
         # of its own, which a reproduction whose rule never gives it leaves out.
         shape = tuple(int(n) for n in shape)
-        code, bits, lanes = _as_dtype_triple(dtype)
-        device_type, device_id = _as_device_pair(device)
+        code, bits, lanes = _ints(dtype, "__dlpack_data_type__")
+        device_type, device_id = _ints(device, "__dlpack_device__")
         ndim_field, length = len(shape), len(shape)
         if ndim is not None:
             ndim_field, length = _ndim_override(shape, ndim)
@@ -382,7 +367,7 @@ class CapsuleFactory:
             record = _Record(cap_id, self._counts, buffers, name_address, versioned, released=not struct.deleter)
             if struct.deleter:
                 _RECORDS[address] = record
-                self._counts.live += 1
+                self._counts.pending += 1
             else:
                 self._no_deleter_buffers.append(buffers)
             _BY_CONTEXT[cap_id] = record
@@ -484,7 +469,7 @@ class ForeignProducer:
         self.legacy_only = legacy_only
         self.raises = raises
         self.returns = returns
-        self.device = _as_device_pair(device)
+        self.device = _ints(device, "__dlpack_device__")
         self.make_kwargs = make_kwargs
         self.calls: list[dict] = []
 
