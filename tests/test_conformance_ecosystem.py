@@ -15,9 +15,11 @@ import functools
 import gc
 import json
 import os
+import platform
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -26,7 +28,7 @@ from dlpack_ref import conformance as conf
 from dlpack_ref.conformance import Consumer, Status
 from dlpack_ref.conformance.model import result_from_dict
 from dlpack_ref.conformance.rules import entries
-from dlpack_ref.harness.registry import KNOWN, in_lane, installed, subject as library
+from dlpack_ref.harness.registry import KNOWN, in_lane, installed, subject as library, version_of
 from dlpack_ref.harness.subject import keywords_taken
 from dlpack_ref.testing import DELETER_T, CapsuleFactory, ForeignProducer, read_capsule
 from support import command
@@ -47,6 +49,48 @@ def _report(lib: str) -> dict:
     assert rc in (0, 1), err[-2000:]
     [library_report] = json.loads(out)["libraries"]
     return {r["check"]: r for r in library_report["results"]}
+
+
+#: The committed runs docs/ecosystem.md's tables are generated from.
+COMMITTED = [Path(__file__).resolve().parent.parent / "benchmarks" / "results" / f"ecosystem_{n}.json" for n in (1, 2)]
+
+
+def _committed(lib: str) -> tuple[dict, dict]:
+    """(the committed run that checked ``lib``, its report of ``lib``); skips where none did."""
+    for path in COMMITTED:
+        run = json.loads(path.read_text(encoding="utf-8"))
+        for report in run["libraries"]:
+            if report["name"] == lib and report["checked"]:
+                return run, report
+    pytest.skip(f"no committed run checked {lib}")
+
+
+def test_the_committed_runs_hold_every_rule_of_todays_checker_in_its_order():
+    # a run made before a rule was added, renamed or moved gives the page tables that are not the checker's
+    order = [e.rule.id for e in entries()]
+    side = {e.rule.id: e.side for e in entries()}
+    for path in COMMITTED:
+        for report in json.loads(path.read_text(encoding="utf-8"))["libraries"]:
+            if report["checked"]:
+                ids = [r["check"] for r in report["results"]]
+                sides = {side.get(i) for i in ids}
+                assert ids == [i for i in order if side[i] in sides], (path.name, report["name"])
+
+
+@pytest.mark.parametrize("lib", in_lane("ecosystem"))
+def test_the_committed_run_gives_todays_verdicts_where_it_ran_what_is_installed(lib):
+    # the page shows the committed run: where the library, NumPy and Python are the versions it ran
+    # (the ecosystem lane's are, until a library releases), each rule's verdict must be today's
+    run, committed = _committed(lib)
+    today = _library(lib)
+    numpy = {r["name"]: r["version"] for r in run["libraries"]}.get("numpy")
+    ran = (committed["version"], numpy, run["environment"]["python"].rsplit(".", 1)[0])
+    here = (version_of(lib), version_of("numpy") if numpy else None, platform.python_version().rsplit(".", 1)[0])
+    if ran != here:
+        pytest.skip(f"the committed run had {lib}, NumPy and Python {ran}, here {here}")
+    changed = {r["check"]: (r["status"], today[r["check"]].status.value) for r in committed["results"]
+               if r["status"] != today[r["check"]].status.value and (lib, r["check"]) not in _UNDEFINED}
+    assert changed == {}, "rerun the committed run (its command is on docs/ecosystem.md), then tools/docs_figures.py"
 
 
 def _library(lib: str) -> dict:
