@@ -30,10 +30,12 @@ lane_python() {
 }
 
 # lane_install NUMPY_SPEC: the test dependencies with that NumPy, then
-# dlpack-ref itself, built against them.
+# dlpack-ref itself, built against them in the lane's own build folder:
+# lanes of one wheel tag (cp311: main, ecosystem, sanitizer, adoption) run
+# at once, and two builds in the tree's build/TAG break each other.
 lane_install() {
     pip install --quiet --only-binary=:all: "numpy$1" "${LANE_TEST_DEPS[@]}"
-    pip install --quiet --no-build-isolation --no-deps .
+    pip install --quiet --no-build-isolation --no-deps -C build-dir="$CI_LANE_DIR/build" .
     python -c 'import sys, numpy, dlpack_ref; print("lane:", sys.version.split()[0], "(debug build)" * hasattr(sys, "gettotalrefcount"), "numpy", numpy.__version__)'
 }
 

