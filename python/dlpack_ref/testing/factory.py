@@ -36,12 +36,12 @@ Lifetime rules the factory follows, which are DLPack's rules:
   deleter only uses the address it is given as a key.
 * A factory made with ``keep_freed=True`` releases a tensor's buffers at its
   deleter's call as any other, but does not hand their memory back at once:
-  the buffers of the last 16 tensors freed are kept as they were. A consumer that reads a tensor after
-  its deleter ran (a use after free) then reads the tensor as it was,
-  whatever the allocator does: what it does next, and so a verdict on it, is
-  the same in every run. The conformance checker's consumer cases use it.
-  The default frees the memory at once, so that a sanitizer reports such a
-  read by dlpack-ref itself.
+  the buffers of the last 16 tensors freed are kept as they were. A consumer
+  that reads a tensor after its deleter ran (a use after free) then reads
+  the tensor as it was, whatever the allocator does: what it does next, and
+  so a verdict on it, is the same in every run. The conformance checker's
+  consumer cases use it. The default frees the memory at once, so that a
+  sanitizer reports such a read by dlpack-ref itself.
 """
 
 from __future__ import annotations
