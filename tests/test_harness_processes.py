@@ -28,8 +28,12 @@ from dlpack_ref.conformance import Consumer, Producer
 NOTES = {notes!r}
 
 def note(name, pid=None):
-    with open(os.path.join(NOTES, name), "w") as f:
+    # written whole under another name, then renamed: a reader polling the
+    # folder never finds the note empty
+    hidden = os.path.join(NOTES, f".{{name}}.{{os.getpid()}}")
+    with open(hidden, "w") as f:
         f.write(str(pid or os.getpid()))
+    os.replace(hidden, os.path.join(NOTES, name))
 
 def detached_helper(tag):
     """A daemon as daemon(3) makes one: fork, setsid, fork, stdio on /dev/null."""
