@@ -170,7 +170,8 @@ def import_or_why_copied(c, f, **producer) -> dict:
     out = import_asked(c, f, {}, **producer)
     if out.get("outcome") == "ok" and "ptr" in out and out.get("ptr") != out.get("source_ptr"):
         # a factory of its own: this case counts the first import's deleter only
-        out["copy_false"] = import_asked(c, CapsuleFactory(keep_freed=True), {"copy": False}, read_values=False, **producer)
+        out["copy_false"] = import_asked(c, CapsuleFactory(keep_freed=True), {"copy": False}, read_values=False,
+                                         **producer)
         out["copy_false"].pop("result", None)
     return out
 
