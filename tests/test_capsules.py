@@ -20,8 +20,8 @@ from dlpack_ref import from_dlpack
 from support.malformed import INT64_MAX, INT64_MIN, MALFORMED
 from dlpack_ref.testing import FLAG_IS_COPIED, FLAG_READ_ONLY
 from dlpack_ref.testing import NAME_LEGACY, NAME_USED_LEGACY, NAME_USED_VERSIONED, NAME_VERSIONED
-from dlpack_ref.testing import CapsuleFactory, ForeignProducer, capsule_name, read_capsule
-from dlpack_ref.testing.abi import DELETER_T, DLManagedTensorVersioned
+from dlpack_ref.testing import DELETER_T, CapsuleFactory, DLManagedTensorVersioned, ForeignProducer, capsule_name
+from dlpack_ref.testing import read_capsule
 
 
 

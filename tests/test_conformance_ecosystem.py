@@ -55,10 +55,15 @@ def _report(lib: str) -> dict:
 COMMITTED = [Path(__file__).resolve().parent.parent / "benchmarks" / "results" / f"ecosystem_{n}.json" for n in (1, 2)]
 
 
+@functools.lru_cache(maxsize=None)
+def _committed_run(path: Path) -> dict:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
 def _committed(lib: str) -> tuple[dict, dict]:
     """(the committed run that checked ``lib``, its report of ``lib``); skips where none did."""
     for path in COMMITTED:
-        run = json.loads(path.read_text(encoding="utf-8"))
+        run = _committed_run(path)
         for report in run["libraries"]:
             if report["name"] == lib and report["checked"]:
                 return run, report
@@ -70,7 +75,7 @@ def test_the_committed_runs_hold_every_rule_of_todays_checker_in_its_order():
     order = [e.rule.id for e in entries()]
     side = {e.rule.id: e.side for e in entries()}
     for path in COMMITTED:
-        for report in json.loads(path.read_text(encoding="utf-8"))["libraries"]:
+        for report in _committed_run(path)["libraries"]:
             if report["checked"]:
                 ids = [r["check"] for r in report["results"]]
                 sides = {side.get(i) for i in ids}
